@@ -1,0 +1,99 @@
+"""Small local assets built from nothing: a BPE tokenizer, a tiny Llama, learnable data.
+
+Tests, benchmarks and `tuneyard demo` need a model and data without touching a hub. The
+tokenizer is a byte-level BPE trained in a fraction of a second on the generated corpus;
+the model is a Llama-style config with seeded random weights saved as safetensors; the data
+is an instruction task a small model visibly learns (spell out a number's digits in reverse
+order), so the loss falls within a few dozen steps.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>", "<|user|>", "<|assistant|>", "<|system|>",
+                  "<|end|>"]
+
+
+def instruction_pairs(n: int, seed: int = 0) -> list[dict[str, str]]:
+    """n prompt/completion pairs: reverse the digits of a number."""
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(n):
+        digits = str(rng.randint(10, 99999))
+        pairs.append({"prompt": f"Reverse {digits}:", "completion": " " + " ".join(digits[::-1])})
+    return pairs
+
+
+def write_instruction_jsonl(path: Path, n: int = 256, seed: int = 0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for pair in instruction_pairs(n, seed):
+            f.write(json.dumps(pair) + "\n")
+    return path
+
+
+def write_squad_dir(directory: Path, n: int = 64, seed: int = 0) -> Path:
+    """A SQuAD-format dataset dir with train.json and validation.json."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, count, offset in (("train", n, 0), ("validation", max(8, n // 8), 1000)):
+        rng = random.Random(seed + offset)
+        paragraphs = []
+        for i in range(count):
+            city = rng.choice(["Paris", "Lima", "Oslo", "Quito", "Accra", "Hanoi"])
+            ctx = f"Item {i} was made in {city}."
+            qa = {"id": f"{split}-{i}", "question": f"Where was item {i} made?",
+                  "answers": [{"text": city, "answer_start": ctx.index(city)}]}
+            paragraphs.append({"context": ctx, "qas": [qa]})
+        doc = {"version": "1.1", "data": [{"title": split, "paragraphs": paragraphs}]}
+        (directory / f"{split}.json").write_text(json.dumps(doc))
+    return directory
+
+
+def build_tokenizer(directory: Path, vocab_size: int = 512, corpus: list[str] | None = None):
+    """Train a byte-level BPE on the corpus and save it as a transformers tokenizer dir."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = corpus or [p["prompt"] + p["completion"] for p in instruction_pairs(2000)]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   pad_token="<pad>", unk_token="<unk>")
+    fast.chat_template = CHAT_TEMPLATE
+    directory.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(directory)
+    return fast
+
+
+def tiny_llama_config(vocab_size: int = 512, **overrides):
+    from transformers import LlamaConfig
+
+    kwargs = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=256, tie_word_embeddings=False,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    kwargs.update(overrides)
+    return LlamaConfig(**kwargs)
+
+
+def build_tiny_llama(directory: Path, vocab_size: int = 512, seed: int = 0, **overrides) -> Path:
+    """Save a seeded tiny Llama (safetensors + config.json) and a tokenizer in one dir."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    build_tokenizer(directory, vocab_size=vocab_size)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(tiny_llama_config(vocab_size, **overrides))
+    model.save_pretrained(directory, safe_serialization=True)
+    return directory
