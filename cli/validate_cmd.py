@@ -1,0 +1,78 @@
+"""`tuneyard validate`: check a recipe (plus overrides) for given resources, without torch.
+
+Exit 0 when valid, 2 when not. `--json` prints exactly one JSON object
+`{"valid", "errors": [{"loc", "msg", "fix"}], "plan"}`; otherwise a readable report with
+every error at once and the plan. Overrides follow the recipe path in the seed's CLI form
+(`--optimizer.lr 1e-4`, `--step_scheduler.max_steps=500`, a bare `--flag`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from jobs.validation import ValidationResult, validate_job
+
+EXIT_INVALID = 2
+
+
+def _report(recipe: Path, result: ValidationResult) -> str:
+    lines = []
+    if result.valid:
+        lines.append(f"{recipe}: valid")
+    else:
+        count = len(result.errors)
+        lines.append(f"{recipe}: invalid ({count} error{'s' if count != 1 else ''})")
+        for err in result.errors:
+            lines.append(f"  {err.loc}: {err.msg}")
+            if err.fix:
+                lines.append(f"      fix: {err.fix}")
+    lines.append("plan:")
+    width = max(len(k) for k in result.plan) if result.plan else 0
+    for key, value in result.plan.items():
+        shown = "-" if value is None else _format(value)
+        lines.append(f"  {key.ljust(width)}  {shown}")
+    return "\n".join(lines)
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, dict):
+        return " x ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 10_000:
+        return f"{value:,}"
+    return str(value)
+
+
+def validate(
+    ctx: typer.Context,
+    recipe: Path = typer.Argument(
+        ..., help="Recipe YAML or JSON file.", metavar="RECIPE [OVERRIDES]...", show_default=False
+    ),
+    nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Processes per node."),
+    nnodes: int = typer.Option(1, "--nnodes", help="Number of nodes."),
+    accelerator: str = typer.Option("cpu", "--accelerator", help="cpu or cuda."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Check a recipe for these resources and print the plan (exit 0 valid, 2 invalid).
+
+    Overrides follow the recipe path: --optimizer.lr 1e-4, --step_scheduler.max_steps=500,
+    or a bare --flag for true.
+    """
+    resources = {"nnodes": nnodes, "nproc_per_node": nproc_per_node, "accelerator": accelerator}
+    result = validate_job(recipe, list(ctx.args), resources)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict()))
+    else:
+        typer.echo(_report(recipe, result))
+    if not result.valid:
+        raise typer.Exit(EXIT_INVALID)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "validate",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(validate)

@@ -1,0 +1,210 @@
+"""What validation can learn about the model without torch: its config, architecture, size.
+
+The model section names a local directory (read its `config.json` with json), a hub name
+(read the config from the Hugging Face cache when it is there), or an inline `config` dict
+for `from_config`. From the config come the architecture (whose capabilities the torch-free
+`models.registry` table gives), the parameter count (a Llama-style estimate) and
+`vocab_size`. `check_model_kwargs` refuses the legacy flat loader kwargs that now live in
+the `distributed` section, unknown dtypes and `trust_remote_code: true`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from jobs.errors import FieldError
+from models.registry import ModelCapabilities, capabilities_for, registered_architectures
+
+DTYPES = ("float32", "bfloat16", "float16", "auto")
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flex_attention")
+LEGACY_KWARGS = {
+    "distributed_config": "put the strategy and its options in the distributed section",
+    "moe_mesh": "set distributed.ep_size instead",
+    "pipeline_config": "move it to distributed.pipeline",
+    "moe_config": "move it to distributed.moe (it is now moe_parallel_config)",
+    "activation_checkpointing": "move it to distributed.activation_checkpointing",
+    "tp_plan": "set distributed.tp_size; the tensor-parallel plan comes from the model registry",
+}
+
+
+def check_model_kwargs(model: dict[str, Any]) -> list[FieldError]:
+    """Loader-kwarg rules; pops the legacy keys so the allowlist check does not repeat them."""
+    return _legacy_kwarg_errors(model) + _topology_kwarg_errors(model) + _value_errors(model)
+
+
+def _legacy_kwarg_errors(model: dict[str, Any]) -> list[FieldError]:
+    present = [key for key in LEGACY_KWARGS if key in model]
+    for key in present:
+        model.pop(key)
+    return [
+        FieldError(f"model.{key}", "is a legacy flat loader argument", LEGACY_KWARGS[key])
+        for key in present
+    ]
+
+
+def _topology_kwarg_errors(model: dict[str, Any]) -> list[FieldError]:
+    given = [key for key in ("distributed_setup", "device_mesh") if key in model]
+    for key in given:
+        model.pop(key)
+    fix = "describe the topology in the distributed section"
+    if len(given) == 2:
+        msg = "distributed_setup and device_mesh are mutually exclusive"
+        return [FieldError("model.device_mesh", msg, f"remove both; {fix}")]
+    return [FieldError(f"model.{key}", "cannot be given in a recipe", fix) for key in given]
+
+
+def _value_errors(model: dict[str, Any]) -> list[FieldError]:
+    errors = [
+        FieldError(
+            f"model.{key}", f"unknown dtype {model[key]!r}", f"use one of {', '.join(DTYPES)}"
+        )
+        for key in ("dtype", "torch_dtype")
+        if model.get(key) is not None and str(model[key]).removeprefix("torch.") not in DTYPES
+    ]
+    if model.get("trust_remote_code") not in (None, False):
+        errors.append(
+            FieldError(
+                "model.trust_remote_code",
+                "remote code is never run",
+                "remove model.trust_remote_code or set it to false",
+            )
+        )
+    attn = model.get("attn_implementation")
+    if attn is not None and attn not in ATTN_IMPLEMENTATIONS:
+        errors.append(
+            FieldError(
+                "model.attn_implementation",
+                f"unknown implementation {attn!r}",
+                f"use one of {', '.join(ATTN_IMPLEMENTATIONS)}",
+            )
+        )
+    return errors
+
+
+def hub_cache_config(name: str) -> Path | None:
+    """config.json of a hub model in the local Hugging Face cache, if it is there."""
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
+    )
+    repo = Path(hub) / ("models--" + name.replace("/", "--"))
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        candidate = repo / "snapshots" / ref.read_text().strip() / "config.json"
+        if candidate.is_file():
+            return candidate
+    return next(iter(sorted(repo.glob("snapshots/*/config.json"))), None)
+
+
+def read_config_file(path: Path, loc: str) -> tuple[dict[str, Any] | None, list[FieldError]]:
+    """A local model dir's (or a config file's) config.json as a dict."""
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        return None, [
+            FieldError(
+                loc,
+                f"{str(path)!r} has no config.json",
+                "point it at a Hugging Face model directory",
+            )
+        ]
+    try:
+        config = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        return None, [FieldError(loc, f"cannot read {file}: {exc}", "fix the model's config.json")]
+    if not isinstance(config, dict):
+        return None, [
+            FieldError(loc, f"{file} is not a JSON object", "fix the model's config.json")
+        ]
+    return config, []
+
+
+def architecture_of(config: dict[str, Any] | None) -> str | None:
+    if not config:
+        return None
+    archs = config.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        return archs[0]
+    model_type = config.get("model_type")
+    for entry in registered_architectures():
+        if model_type and model_type in entry.config_model_types:
+            return entry.architecture
+    return None
+
+
+def _int(config: dict[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def estimate_param_count(config: dict[str, Any] | None) -> int | None:
+    """Llama-style count: embeddings, GQA attention, gated MLP, norms, lm_head unless tied."""
+    if not config:
+        return None
+    vocab, hidden = _int(config, "vocab_size"), _int(config, "hidden_size", "n_embd", "d_model")
+    layers = _int(config, "num_hidden_layers", "n_layer", "num_layers")
+    if not (vocab and hidden and layers):
+        return None
+    heads = _int(config, "num_attention_heads", "n_head") or 1
+    kv_heads = _int(config, "num_key_value_heads") or heads
+    head_dim = _int(config, "head_dim") or hidden // heads
+    inter = _int(config, "intermediate_size", "n_inner") or 4 * hidden
+    attn = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    if config.get("attention_bias"):
+        attn += head_dim * (heads + 2 * kv_heads) + hidden
+    mlp = 3 * hidden * inter + (2 * inter + hidden if config.get("mlp_bias") else 0)
+    per_layer = attn + mlp + 2 * hidden
+    tied = bool(config.get("tie_word_embeddings", False))
+    return vocab * hidden * (1 if tied else 2) + layers * per_layer + hidden
+
+
+_CAPABILITY_FIELDS = (
+    ("tp_size", "supports_tp", "tensor parallelism"),
+    ("pp_size", "supports_pp", "pipeline parallelism"),
+    ("cp_size", "supports_cp", "context parallelism"),
+    ("ep_size", "supports_ep", "expert parallelism"),
+)
+
+
+def capability_errors(
+    architecture: str | None, distributed: dict[str, Any], peft_enabled: bool
+) -> list[FieldError]:
+    """One error per parallelism the architecture cannot run (HF fallback: data parallel)."""
+    if architecture is None:
+        return []
+    caps: ModelCapabilities = capabilities_for(architecture)
+    errors = []
+    for size_field, flag, what in _CAPABILITY_FIELDS:
+        if int(distributed.get(size_field) or 1) > 1 and not getattr(caps, flag):
+            errors.append(
+                FieldError(
+                    f"distributed.{size_field}",
+                    f"{architecture} does not support {what}",
+                    f"set distributed.{size_field}: 1",
+                )
+            )
+    if distributed.get("sequence_parallel") and not caps.supports_sequence_parallel:
+        errors.append(
+            FieldError(
+                "distributed.sequence_parallel",
+                f"{architecture} does not support sequence parallelism",
+                "set distributed.sequence_parallel: false",
+            )
+        )
+    if distributed.get("strategy") in ("fsdp2", "megatron_fsdp") and not caps.supports_fsdp:
+        errors.append(
+            FieldError(
+                "distributed.strategy",
+                f"{architecture} cannot be sharded with FSDP",
+                "set distributed.strategy: ddp",
+            )
+        )
+    if peft_enabled and not caps.supports_lora:
+        errors.append(
+            FieldError("peft", f"{architecture} does not support LoRA", "remove the peft section")
+        )
+    return errors

@@ -1,0 +1,301 @@
+"""Cross-field recipe rules: paths, batch arithmetic, optimizer and scheduler bounds.
+
+Each function takes parts of the normalized recipe and returns `FieldError`s at the field
+to change (and, where it resolves something, the resolved values).
+`jobs.recipe_normalize` calls them in order; none of them imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from jobs.errors import FieldError
+from jobs.paths import PathCheck, check_checkpoint_path, check_data_path
+from jobs.settings import Settings
+
+DATA_PATH_KEYS = ("path_or_dataset", "path", "tokenizer_name_or_path")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_data_paths(
+    recipe: dict[str, Any],
+    settings: Settings,
+) -> tuple[dict[str, PathCheck], list[FieldError]]:
+    """Model, tokenizer and dataset paths inside the data roots (or hub names)."""
+    roots = settings.allowed_data_roots()
+    checks: dict[str, PathCheck] = {}
+    model = recipe.get("model") or {}
+    candidates = [
+        ("model.pretrained_model_name_or_path", model.get("pretrained_model_name_or_path"))
+    ]
+    if isinstance(model.get("config"), str):
+        candidates.append(("model.config", model["config"]))
+    for section in ("dataset", "validation_dataset"):
+        values = recipe.get(section) or {}
+        candidates += [(f"{section}.{key}", values.get(key)) for key in DATA_PATH_KEYS]
+    errors: list[FieldError] = []
+    for loc, value in candidates:
+        if value is None:
+            continue
+        checks[loc] = check_data_path(value, loc, roots)
+        errors += checks[loc].errors
+    return checks, errors
+
+
+def normalize_restore_from(value: Any) -> tuple[dict[str, Any] | None, list[FieldError]]:
+    """null | "LATEST" | a path | {"path": ...} -> null or {"path": ...}."""
+    if value is None:
+        return None, []
+    if isinstance(value, str):
+        return {"path": value}, []
+    if isinstance(value, dict) and set(value) <= {"path"} and isinstance(value.get("path"), str):
+        return {"path": value["path"]}, []
+    if isinstance(value, dict):
+        extra = sorted(set(value) - {"path"})
+        if extra:
+            return None, [
+                FieldError(
+                    f"restore_from.{extra[0]}",
+                    f"unknown key {extra[0]!r}",
+                    "restore_from takes only path",
+                )
+            ]
+    return None, [
+        FieldError(
+            "restore_from.path",
+            "must be LATEST or a checkpoint path",
+            "write restore_from: {path: LATEST}",
+        )
+    ]
+
+
+def check_checkpoint_paths(
+    checkpoint: dict[str, Any], restore: dict[str, Any] | None, settings: Settings
+) -> list[FieldError]:
+    """checkpoint_dir (may not exist yet) and restore_from.path inside the checkpoint roots.
+
+    Local paths are made absolute in place, so the worker reads what was validated.
+    """
+    roots = settings.allowed_checkpoint_roots()
+    errors: list[FieldError] = []
+    if checkpoint.get("checkpoint_dir") is not None:
+        check = check_checkpoint_path(
+            checkpoint["checkpoint_dir"], "checkpoint.checkpoint_dir", roots, must_exist=False
+        )
+        errors += check.errors
+        if check.path is not None:
+            checkpoint["checkpoint_dir"] = str(check.path)
+    if restore and restore["path"] != "LATEST":
+        check = check_checkpoint_path(restore["path"], "restore_from.path", roots, must_exist=True)
+        errors += check.errors
+        if check.path is not None:
+            restore["path"] = str(check.path)
+    return errors
+
+
+@dataclass(frozen=True)
+class Batches:
+    local: int
+    global_: int
+    grad_accumulation_steps: int
+
+
+def resolve_batches(
+    step: dict[str, Any],
+    dataloader: dict[str, Any],
+    dp: int | None,
+) -> tuple[Batches | None, list[FieldError]]:
+    """grad_accumulation_steps = global / (local * dp), a positive integer."""
+    local_dl, local_ss = dataloader.get("batch_size"), step.get("local_batch_size")
+    if local_dl and local_ss and local_dl != local_ss:
+        return None, [
+            FieldError(
+                "dataloader.batch_size",
+                f"{local_dl} conflicts with step_scheduler.local_batch_size {local_ss}",
+                "give the local batch size once",
+            )
+        ]
+    global_, accum = step.get("global_batch_size"), step.get("grad_accumulation_steps")
+    if dp is None:
+        return None, []
+    local = local_dl or local_ss
+    if local is None:
+        local = global_ // (dp * accum) if global_ and accum and global_ % (dp * accum) == 0 else 1
+    if global_ is None:
+        accum = accum or 1
+        return Batches(local, local * dp * accum, accum), []
+    per_step = local * dp
+    if global_ % per_step:
+        return None, [
+            FieldError(
+                "step_scheduler.global_batch_size",
+                f"{global_} is not a multiple of local batch {local} x dp {dp} = {per_step}",
+                f"set step_scheduler.global_batch_size to a "
+                f"multiple of {per_step}, e.g. {per_step * max(1, global_ // per_step)}",
+            )
+        ]
+    derived = global_ // per_step
+    if accum is not None and accum != derived:
+        return None, [
+            FieldError(
+                "step_scheduler.grad_accumulation_steps",
+                f"{accum} disagrees with global / (local x dp) = {global_} / "
+                f"{per_step} = {derived}",
+                f"set step_scheduler.grad_accumulation_steps: {derived} or remove it",
+            )
+        ]
+    return Batches(local, global_, derived), []
+
+
+def check_optimizer(optimizer: dict[str, Any]) -> list[FieldError]:
+    lr = optimizer.get("lr")
+    if lr is not None and (not _is_number(lr) or lr <= 0):
+        return [
+            FieldError(
+                "optimizer.lr", f"must be a number > 0, got {lr!r}", "set optimizer.lr: 1.0e-5"
+            )
+        ]
+    return []
+
+
+def check_lr_scheduler(
+    scheduler: dict[str, Any],
+    lr: Any,
+    max_steps: int | None,
+) -> list[FieldError]:
+    errors: list[FieldError] = []
+    min_lr, warmup = scheduler.get("min_lr"), scheduler.get("warmup_steps")
+    if min_lr is not None and (not _is_number(min_lr) or min_lr < 0):
+        errors.append(
+            FieldError(
+                "lr_scheduler.min_lr",
+                f"must be a number >= 0, got {min_lr!r}",
+                "set lr_scheduler.min_lr: 0.0",
+            )
+        )
+    elif min_lr is not None and _is_number(lr) and min_lr > lr:
+        errors.append(
+            FieldError(
+                "lr_scheduler.min_lr",
+                f"{min_lr} is above optimizer.lr {lr}",
+                f"set lr_scheduler.min_lr <= {lr}",
+            )
+        )
+    if warmup is not None and (
+        not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0
+    ):
+        errors.append(
+            FieldError(
+                "lr_scheduler.warmup_steps",
+                f"must be an integer >= 0, got {warmup!r}",
+                "set lr_scheduler.warmup_steps: 0",
+            )
+        )
+    else:
+        limit = scheduler.get("max_steps") or max_steps
+        if warmup is not None and isinstance(limit, int) and warmup > limit:
+            errors.append(
+                FieldError(
+                    "lr_scheduler.warmup_steps",
+                    f"{warmup} exceeds max_steps {limit}",
+                    f"set lr_scheduler.warmup_steps <= {limit}",
+                )
+            )
+    return errors
+
+
+def check_accelerator(recipe: dict[str, Any], accelerator: str) -> list[FieldError]:
+    errors = []
+    for name, what in (("fp8", "FP8 training"), ("qat", "quantization-aware training")):
+        if (recipe.get(name) or {}).get("enabled") and accelerator != "cuda":
+            errors.append(
+                FieldError(
+                    f"{name}.enabled",
+                    f"{what} needs a CUDA accelerator, the job has {accelerator}",
+                    f"set {name}.enabled: false or run with resources.accelerator: cuda",
+                )
+            )
+    return errors
+
+
+def check_peft(peft: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[FieldError]]:
+    if peft is None:
+        return None, []
+    if peft.get("match_all_linear") and peft.get("target_modules"):
+        return None, [
+            FieldError(
+                "peft.target_modules",
+                "cannot be combined with match_all_linear: true",
+                "remove one of peft.target_modules and peft.match_all_linear",
+            )
+        ]
+    if peft.get("match_all_linear") is None:
+        peft = {**peft, "match_all_linear": not peft.get("target_modules")}
+    return peft, []
+
+
+def check_packing(
+    packed: dict[str, Any], dataset: dict[str, Any]
+) -> tuple[dict[str, Any], list[FieldError]]:
+    enabled = packed.get("enabled")
+    size = packed.get("packed_sequence_size") or 0
+    if enabled is None:
+        enabled = size > 0
+    packed = {**packed, "enabled": enabled}
+    if enabled and size == 0:
+        seq = dataset.get("max_seq_length") or dataset.get("seq_length")
+        if not isinstance(seq, int) or seq <= 0:
+            return packed, [
+                FieldError(
+                    "packed_sequence.packed_sequence_size",
+                    "packing needs a pack size",
+                    "set packed_sequence.packed_sequence_size",
+                )
+            ]
+        packed["packed_sequence_size"] = seq
+    return packed, []
+
+
+def seq_length_of(recipe: dict[str, Any]) -> int | None:
+    packed = recipe.get("packed_sequence") or {}
+    if packed.get("enabled") and packed.get("packed_sequence_size"):
+        return int(packed["packed_sequence_size"])
+    dataset = recipe.get("dataset") or {}
+    for key in ("max_seq_length", "seq_length"):
+        value = dataset.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+_POSITIVE_DATASET_KWARGS = (
+    "max_seq_length",
+    "seq_length",
+    "limit_dataset_samples",
+    "num_samples",
+    "vocab_size",
+)
+
+
+def check_dataset_values(section: dict[str, Any], loc: str) -> list[FieldError]:
+    errors = []
+    for key in _POSITIVE_DATASET_KWARGS:
+        value = section.get(key)
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value <= 0
+        ):
+            errors.append(
+                FieldError(
+                    f"{loc}.{key}",
+                    f"must be a positive integer, got {value!r}",
+                    f"set {loc}.{key} to a positive integer",
+                )
+            )
+    split = section.get("split")
+    if split is not None and not isinstance(split, str):
+        errors.append(FieldError(f"{loc}.split", "must be a split name", f"set {loc}.split: train"))
+    return errors

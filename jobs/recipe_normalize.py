@@ -1,0 +1,199 @@
+"""From a raw recipe dict to the normalized recipe the trainer reads, with every error.
+
+`normalize_recipe` runs the section checks in a fixed order (names and synonyms, fixed
+sections, `_target_` sections, topology, paths, model capabilities, batches, bounds) and
+collects all errors instead of stopping at the first. The normalized recipe has every
+canonical key filled: resolved batch sizes and dp, the canonical strategy name,
+`restore_from` as null or `{"path": ...}`, defaults of the fixed sections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from jobs.distributed import DistributedSetup
+from jobs.distributed_section import setup_from_section
+from jobs.errors import FieldError
+from jobs.model_config import (
+    architecture_of,
+    capability_errors,
+    check_model_kwargs,
+    estimate_param_count,
+    hub_cache_config,
+    read_config_file,
+)
+from jobs.paths import PathCheck
+from jobs.recipe import (
+    FIXED_SECTIONS,
+    REQUIRED_TARGET_SECTIONS,
+    TARGET_SECTIONS,
+    TOP_LEVEL_KEYS,
+    check_fixed_section,
+    check_recipe_name,
+    fold_synonyms,
+    unknown_top_level,
+)
+from jobs.recipe_checks import (
+    check_accelerator,
+    check_checkpoint_paths,
+    check_data_paths,
+    check_dataset_values,
+    check_lr_scheduler,
+    check_optimizer,
+    check_packing,
+    check_peft,
+    normalize_restore_from,
+    resolve_batches,
+)
+from jobs.settings import Settings
+from jobs.targets import check_target_section, fold_kwarg_synonyms
+
+SECTION_KINDS = {
+    "model": "model",
+    "loss_fn": "loss",
+    "dataset": "dataset",
+    "validation_dataset": "dataset",
+    "optimizer": "optimizer",
+    "lr_scheduler": "lr_scheduler",
+}
+DEFAULT_LOSS = {"_target_": "tuneyard.loss.MaskedCrossEntropy"}
+EXAMPLES = {
+    "model": "model: {_target_: tuneyard.models.AutoModelForCausalLM.from_pretrained, "
+    "pretrained_model_name_or_path: ...}",
+    "dataset": "dataset: {_target_: tuneyard.datasets.SquadDataset, path_or_dataset: ...}",
+    "optimizer": "optimizer: {_target_: torch.optim.AdamW, lr: 1.0e-5}",
+}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    architecture: str | None = None
+    param_count: int | None = None
+    config: dict[str, Any] | None = None
+
+
+def _fixed_sections(data: dict[str, Any], out: dict[str, Any]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for name in FIXED_SECTIONS:
+        section, errs = check_fixed_section(name, data.get(name))
+        out[name], errors = section or {}, errors + errs
+    out["peft"] = None
+    if data.get("peft") is not None:
+        section, errs = check_fixed_section("peft", data["peft"])
+        out["peft"], peft_errs = check_peft(section)
+        errors += errs + peft_errs
+    out["restore_from"], errs = normalize_restore_from(data.get("restore_from"))
+    return errors + errs
+
+
+def _target_sections(data: dict[str, Any], out: dict[str, Any]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for name in TARGET_SECTIONS:
+        value = data.get(name)
+        out[name] = dict(value) if isinstance(value, dict) else None
+        if value is None and name in REQUIRED_TARGET_SECTIONS:
+            errors.append(FieldError(name, "is required", f"add {EXAMPLES[name]}"))
+        elif value is None and name == "loss_fn":
+            out[name] = dict(DEFAULT_LOSS)
+        elif not isinstance(value, dict) and value is not None:
+            fix = f"write {name}: as a YAML mapping with _target_ and its arguments"
+            errors.append(FieldError(name, "must be a mapping with a _target_", fix))
+        elif value is not None:
+            errors += _target_section(name, out[name])
+    return errors
+
+
+def _target_section(name: str, section: dict[str, Any]) -> list[FieldError]:
+    """One `_target_` section, normalized in place: legacy keys out, synonyms folded."""
+    errors = check_model_kwargs(section) if name == "model" else []
+    errors += fold_kwarg_synonyms(section, name)
+    spec, errs = check_target_section(section, name)
+    errors += errs
+    kind = SECTION_KINDS[name]
+    if spec is not None and spec.kind != kind:
+        msg = f"{spec.name} is a {spec.kind}, not a {kind}"
+        errors.append(FieldError(f"{name}._target_", msg, f"name a {kind} here"))
+    if name in ("dataset", "validation_dataset"):
+        errors += check_dataset_values(section, name)
+    return errors
+
+
+def _absolutize(out: dict[str, Any], checks: dict[str, PathCheck]) -> None:
+    """Local paths become absolute, so the worker reads what the API validated."""
+    for loc, check in checks.items():
+        section, key = loc.split(".")
+        if check.kind == "local" and check.path is not None:
+            out[section][key] = str(check.path)
+
+
+def _model_info(model: Any, checks: dict[str, PathCheck]) -> tuple[ModelInfo, list[FieldError]]:
+    if not isinstance(model, dict):
+        return ModelInfo(), []
+    config, errors = model.get("config"), []
+    if not isinstance(config, dict):
+        config = None
+        for loc in ("model.pretrained_model_name_or_path", "model.config"):
+            check = checks.get(loc)
+            if check and check.kind == "local" and check.path is not None:
+                config, errors = read_config_file(check.path, loc)
+            elif check and check.kind == "hub":
+                cached = hub_cache_config(str(model.get(loc.split(".")[1])))
+                config, errors = read_config_file(cached, loc) if cached else (None, [])
+    arch = architecture_of(config)
+    return ModelInfo(arch, estimate_param_count(config), config), errors
+
+
+def _batch_rules(out: dict[str, Any], setup: DistributedSetup | None) -> list[FieldError]:
+    step, loader = out["step_scheduler"], out["dataloader"]
+    batches, errors = resolve_batches(step, loader, setup.dp_size if setup else None)
+    if batches is not None:
+        step.update(
+            global_batch_size=batches.global_,
+            local_batch_size=batches.local,
+            grad_accumulation_steps=batches.grad_accumulation_steps,
+        )
+        loader["batch_size"] = batches.local
+        if out["validation_dataloader"].get("batch_size") is None:
+            out["validation_dataloader"]["batch_size"] = batches.local
+    return errors
+
+
+def _bounds(out: dict[str, Any], accelerator: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    optimizer = out.get("optimizer") if isinstance(out.get("optimizer"), dict) else {}
+    errors += check_optimizer(optimizer)
+    if isinstance(out.get("lr_scheduler"), dict):
+        errors += check_lr_scheduler(
+            out["lr_scheduler"], optimizer.get("lr"), out["step_scheduler"].get("max_steps")
+        )
+    errors += check_accelerator(out, accelerator)
+    dataset = out["dataset"] if isinstance(out.get("dataset"), dict) else {}
+    out["packed_sequence"], errs = check_packing(out["packed_sequence"], dataset)
+    return errors + errs
+
+
+def normalize_recipe(
+    data: dict[str, Any],
+    resources: Any,
+    settings: Settings,
+) -> tuple[dict[str, Any], DistributedSetup | None, ModelInfo, list[FieldError]]:
+    """The normalized recipe, its DistributedSetup, what is known of the model, all errors."""
+    errors = unknown_top_level(data)
+    data = {k: v for k, v in data.items() if k in TOP_LEVEL_KEYS}
+    errors += fold_synonyms(data)
+    out: dict[str, Any] = {}
+    out["recipe"], errs = check_recipe_name(data.get("recipe"))
+    errors += errs + _fixed_sections(data, out) + _target_sections(data, out)
+    setup, errs = setup_from_section(data.get("distributed"), resources.world_size)
+    out["distributed"] = setup.to_dict() if setup else None
+    checks, path_errors = check_data_paths(out, settings)
+    _absolutize(out, checks)
+    errors += errs + path_errors
+    errors += check_checkpoint_paths(out["checkpoint"], out["restore_from"], settings)
+    info, errs = _model_info(out.get("model"), checks)
+    errors += errs
+    if setup is not None:
+        errors += capability_errors(info.architecture, out["distributed"], out["peft"] is not None)
+    errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)
+    return out, setup, info, errors

@@ -1,0 +1,169 @@
+"""`validate_job`: the one check every job passes before it is queued or trained.
+
+It loads a recipe (dict, YAML/JSON text or a file), applies command-line overrides, checks
+every section against the schema (`jobs.recipe`), the `_target_` allowlist
+(`jobs.targets`), the topology rules (`jobs.distributed`), the model's capabilities
+(`models.registry`, torch-free), the allowed filesystem roots and the batch arithmetic, and
+returns a `ValidationResult`: all errors at once, the normalized recipe the trainer reads,
+the DistributedSetup, and a plan (world size, mesh, batches, tokens per step, model size).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from jobs.distributed import DistributedSetup
+from jobs.errors import FieldError, RecipeInvalid
+from jobs.overrides import apply_overrides, parse_overrides
+from jobs.plan import build_plan
+from jobs.recipe_normalize import normalize_recipe
+from jobs.schema_errors import field_errors
+from jobs.settings import Settings, get_settings
+from jobs.yaml_loader import load_yaml
+
+FILE_LOC = "<recipe>"
+
+
+class Resources(BaseModel):
+    """What a job runs on: nodes, processes (accelerators) per node, accelerator kind."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    nnodes: Annotated[int, Field(gt=0)] = 1
+    nproc_per_node: Annotated[int, Field(gt=0)] = 1
+    accelerator: Literal["cpu", "cuda"] = "cpu"
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+
+@dataclass
+class ValidationResult:
+    valid: bool
+    errors: list[FieldError] = field(default_factory=list)
+    plan: dict[str, Any] = field(default_factory=dict)
+    recipe: dict[str, Any] | None = None
+    setup: DistributedSetup | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "valid": self.valid,
+            "errors": [e.to_dict() for e in self.errors],
+            "plan": self.plan,
+        }
+
+
+def load_recipe(
+    recipe: dict[str, Any] | str | Path,
+) -> tuple[dict[str, Any] | None, list[FieldError]]:
+    """A recipe dict from a dict, YAML/JSON text, or a file path."""
+    if isinstance(recipe, dict):
+        return copy.deepcopy(recipe), []
+    text = recipe
+    if isinstance(recipe, Path) or (
+        "\n" not in recipe and recipe.endswith((".yaml", ".yml", ".json"))
+    ):
+        try:
+            text = Path(recipe).read_text()
+        except OSError as exc:
+            return None, [
+                FieldError(
+                    FILE_LOC,
+                    f"cannot read {recipe}: {exc.strerror}",
+                    "give an existing recipe file",
+                )
+            ]
+    try:
+        data = load_yaml(str(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = f": {exc.problem}" if getattr(exc, "problem", None) else ""
+        return None, [
+            FieldError(FILE_LOC, f"not valid YAML or JSON{where}{problem}", "fix the recipe syntax")
+        ]
+    if not isinstance(data, dict):
+        return None, [
+            FieldError(
+                FILE_LOC,
+                "must be a mapping of sections",
+                "start the recipe with sections such as model: and dataset:",
+            )
+        ]
+    return data, []
+
+
+def coerce_resources(
+    resources: Resources | dict[str, Any] | None,
+) -> tuple[Resources, list[FieldError]]:
+    if isinstance(resources, Resources):
+        return resources, []
+    try:
+        return Resources.model_validate(resources or {}), []
+    except ValidationError as exc:
+        return Resources(), field_errors(exc, "resources", Resources.model_fields)
+
+
+def _overrides(overrides: Any) -> tuple[list[tuple[str, Any]], list[FieldError]]:
+    if not overrides:
+        return [], []
+    if isinstance(overrides, dict):  # {"optimizer.lr": 1e-4}: already typed
+        return [(str(k), v) for k, v in overrides.items()], []
+    try:
+        return parse_overrides(list(overrides) if not isinstance(overrides, str) else overrides), []
+    except RecipeInvalid as exc:
+        return [], exc.errors
+
+
+def _mark_overridden(errors: list[FieldError], keys: set[str]) -> list[FieldError]:
+    """Say which errors an override caused, so a CLI typo is easy to spot."""
+    marked, seen = [], set()
+    for err in errors:
+        key = next(
+            (
+                k
+                for k in keys
+                if err.loc == k or err.loc.startswith(k + ".") or k.startswith(err.loc + ".")
+            ),
+            None,
+        )
+        if key is not None:
+            err = FieldError(err.loc, f"{err.msg} (set by override --{key})", err.fix)
+        if (err.loc, err.msg) not in seen:
+            seen.add((err.loc, err.msg))
+            marked.append(err)
+    return marked
+
+
+def validate_job(
+    recipe: dict[str, Any] | str | Path,
+    overrides: Any = (),
+    resources: Resources | dict[str, Any] | None = None,
+    settings: Settings | None = None,
+) -> ValidationResult:
+    """Check everything about a job; never raises for bad input."""
+    settings = settings or get_settings()
+    res, errors = coerce_resources(resources)
+    data, load_errors = load_recipe(recipe)
+    pairs, override_errors = _overrides(overrides)
+    errors += load_errors + override_errors
+    if data is None:
+        return ValidationResult(False, errors, build_plan(None, None, res, None))
+    data, apply_errors = apply_overrides(data, pairs)
+    errors += apply_errors
+    normalized, setup, info, recipe_errors = normalize_recipe(data, res, settings)
+    errors = _mark_overridden(errors + recipe_errors, {k for k, _ in pairs})
+    plan = build_plan(normalized, setup, res, info)
+    if errors:
+        return ValidationResult(False, errors, plan, None, setup)
+    return ValidationResult(True, [], plan, normalized, setup)
+
+
+__all__ = ["Resources", "ValidationResult", "load_recipe", "validate_job"]

@@ -1,0 +1,168 @@
+"""Model capabilities from the torch-free registry, config reading, the plan (sections 8, 9)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from recipe_asserts import TINY_LLAMA_CONFIG, TINY_LLAMA_PARAMS, error_at, locs, write_model_dir
+
+from jobs.model_config import estimate_param_count
+
+MOE_CONFIG = {
+    **TINY_LLAMA_CONFIG,
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+}
+UNKNOWN_CONFIG = {**TINY_LLAMA_CONFIG, "architectures": ["FancyForCausalLM"], "model_type": "fancy"}
+
+
+def test_llama_supports_tensor_parallelism(validate, recipe):
+    recipe["distributed"].update(tp_size=2, sequence_parallel=True)
+    result = validate(recipe, nproc_per_node=2)
+    assert result.valid and result.plan["architecture"] == "LlamaForCausalLM"
+
+
+@pytest.mark.parametrize(("field", "what"), [("pp_size", "pipeline"), ("cp_size", "context")])
+def test_unsupported_parallelism_is_refused_by_capabilities(validate, recipe, field, what):
+    recipe["distributed"][field] = 2
+    err = error_at(validate(recipe, nproc_per_node=2), f"distributed.{field}")
+    assert (
+        "LlamaForCausalLM" in err.msg
+        and what in err.msg
+        and err.fix == f"set distributed.{field}: 1"
+    )
+
+
+def test_expert_parallelism_is_refused_for_dense_llama(validate, recipe):
+    recipe["distributed"]["ep_size"] = 2
+    error_at(validate(recipe, nproc_per_node=2), "distributed.ep_size")
+
+
+def test_each_unsupported_size_is_its_own_error(validate, recipe, data_root):
+    recipe["model"]["pretrained_model_name_or_path"] = str(
+        write_model_dir(data_root / "fancy", UNKNOWN_CONFIG)
+    )
+    recipe["distributed"].update(tp_size=2, cp_size=2)
+    result = validate(recipe, nproc_per_node=4)
+    assert locs(result).count("distributed.tp_size") == 1
+    assert locs(result).count("distributed.cp_size") == 1
+    assert "FancyForCausalLM" in error_at(result, "distributed.tp_size").msg
+
+
+def test_unknown_architecture_falls_back_to_data_parallel(validate, recipe, data_root):
+    recipe["model"]["pretrained_model_name_or_path"] = str(
+        write_model_dir(data_root / "fancy", UNKNOWN_CONFIG)
+    )
+    result = validate(recipe, nproc_per_node=2)
+    assert result.valid and result.plan["architecture"] == "FancyForCausalLM"
+    recipe["distributed"]["sequence_parallel"] = True
+    recipe["distributed"]["tp_size"] = 2
+    result = validate(recipe, nproc_per_node=4)
+    assert {"distributed.tp_size", "distributed.sequence_parallel"} <= set(locs(result))
+
+
+def test_moe_row_without_tp(validate, recipe, data_root):
+    recipe["model"]["pretrained_model_name_or_path"] = str(
+        write_model_dir(data_root / "moe", MOE_CONFIG)
+    )
+    recipe["distributed"]["tp_size"] = 2
+    assert (
+        "Qwen3MoeForCausalLM"
+        in error_at(validate(recipe, nproc_per_node=2), "distributed.tp_size").msg
+    )
+
+
+def test_inline_config_for_from_config(validate, recipe):
+    recipe["model"] = {
+        "_target_": "tuneyard.models.AutoModelForCausalLM.from_config",
+        "config": dict(UNKNOWN_CONFIG),
+    }
+    recipe["distributed"]["tp_size"] = 2
+    result = validate(recipe, nproc_per_node=2)
+    error_at(result, "distributed.tp_size")
+    assert result.plan["param_count"] == TINY_LLAMA_PARAMS
+
+
+def test_inline_config_architecture_from_model_type(validate, recipe):
+    config = {k: v for k, v in TINY_LLAMA_CONFIG.items() if k != "architectures"}
+    recipe["model"] = {
+        "_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_config",
+        "config": config,
+    }
+    assert validate(recipe).plan["architecture"] == "LlamaForCausalLM"
+
+
+def test_model_dir_without_config_json(validate, recipe, data_root):
+    (data_root / "empty_model").mkdir()
+    recipe["model"]["pretrained_model_name_or_path"] = str(data_root / "empty_model")
+    assert "config.json" in error_at(validate(recipe), "model.pretrained_model_name_or_path").msg
+
+
+def test_unreadable_config_json(validate, recipe, model_dir):
+    (model_dir / "config.json").write_text("{not json")
+    error_at(validate(recipe), "model.pretrained_model_name_or_path")
+
+
+def test_hub_model_config_is_read_from_the_cache(validate, recipe, empty_hf_cache):
+    snapshot = empty_hf_cache / "models--org--fancy" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(UNKNOWN_CONFIG))
+    (empty_hf_cache / "models--org--fancy" / "refs").mkdir()
+    (empty_hf_cache / "models--org--fancy" / "refs" / "main").write_text("abc123")
+    recipe["model"]["pretrained_model_name_or_path"] = "org/fancy"
+    recipe["distributed"]["tp_size"] = 2
+    result = validate(recipe, nproc_per_node=2)
+    assert result.plan["architecture"] == "FancyForCausalLM"
+    error_at(result, "distributed.tp_size")
+
+
+def test_uncached_hub_model_has_no_architecture(validate, recipe):
+    recipe["model"]["pretrained_model_name_or_path"] = "org/absent"
+    plan = validate(recipe).plan
+    assert plan["architecture"] is None and plan["param_count"] is None
+
+
+def test_parameter_count_matches_transformers_numbers():
+    # Numbers from transformers' LlamaForCausalLM on these configs (counted once by hand).
+    assert estimate_param_count(TINY_LLAMA_CONFIG) == TINY_LLAMA_PARAMS
+    assert estimate_param_count({**TINY_LLAMA_CONFIG, "tie_word_embeddings": True}) == 106_816
+    biased = {**TINY_LLAMA_CONFIG, "attention_bias": True, "mlp_bias": True}
+    assert estimate_param_count(biased) == 140_608
+    assert estimate_param_count({**TINY_LLAMA_CONFIG, "head_dim": 32}) == 164_160
+    assert estimate_param_count({"vocab_size": 10}) is None
+
+
+def test_plan_has_every_key(validate, recipe):
+    recipe["distributed"]["tp_size"] = 2
+    recipe["step_scheduler"]["global_batch_size"] = 16
+    plan = validate(recipe, nproc_per_node=4).plan
+    assert plan == {
+        "world_size": 4,
+        "nnodes": 1,
+        "nproc_per_node": 4,
+        "accelerator": "cpu",
+        "strategy": "fsdp2",
+        "mesh_shape": {"pp": 1, "dp_replicate": 1, "dp_shard": 2, "cp": 1, "tp": 2},
+        "dp_size": 2,
+        "dp_replicate_size": 1,
+        "dp_shard_size": 2,
+        "tp_size": 2,
+        "pp_size": 1,
+        "cp_size": 1,
+        "ep_size": 1,
+        "grad_accumulation_steps": 2,
+        "global_batch_size": 16,
+        "local_batch_size": 4,
+        "max_steps": 20,
+        "seq_length": 64,
+        "tokens_per_step": 16 * 64,
+        "architecture": "LlamaForCausalLM",
+        "param_count": TINY_LLAMA_PARAMS,
+    }
+
+
+def test_plan_of_an_invalid_topology_has_nulls(validate, recipe):
+    recipe["distributed"]["tp_size"] = 3
+    plan = validate(recipe, nproc_per_node=4).plan
+    assert plan["world_size"] == 4 and plan["mesh_shape"] is None and plan["dp_size"] is None

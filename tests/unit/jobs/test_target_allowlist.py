@@ -1,0 +1,198 @@
+"""`_target_` resolution through the allowlist (issue 2, section 3)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+from recipe_asserts import error_at, locs
+
+from jobs import targets
+from jobs.errors import RecipeInvalid
+from jobs.recipe import PeftSection
+from jobs.targets import TARGETS, TargetSpec, build, load_callable, resolve_target
+
+REFUSED = [
+    "os.system",
+    "subprocess.run",
+    "subprocess.Popen",
+    "builtins.eval",
+    "builtins.exec",
+    "builtins.__import__",
+    "eval",
+    "torch.load",
+    "pickle.loads",
+    "evil.py:run",
+    "/tmp/evil.py:run",
+    "torch.optim:AdamW",
+    "torch.optim.AdamW.__init__",
+    "torch.optim.AdamW.__class__",
+    "torch.optim._functional.adamw",
+    "tuneyard_canary_module.build",
+    "torch.optim.AdamWW",
+]
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_refused_targets_are_errors_at_section_target(validate, recipe, name, monkeypatch):
+    imported = []
+    monkeypatch.setattr(importlib, "import_module", lambda n, *a: imported.append(n))
+    recipe["optimizer"]["_target_"] = name
+    result = validate(recipe)
+    assert "optimizer._target_" in locs(result)
+    assert imported == []  # never imported
+    assert "tuneyard_canary_module" not in sys.modules
+
+
+def test_refusal_says_why(validate, recipe):
+    recipe["optimizer"]["_target_"] = "os.system"
+    assert "arbitrary" in error_at(validate(recipe), "optimizer._target_").msg
+    recipe["optimizer"]["_target_"] = "evil.py:run"
+    assert "file" in error_at(validate(recipe), "optimizer._target_").msg
+    recipe["optimizer"]["_target_"] = "torch.optim.AdamW.__init__"
+    assert "private" in error_at(validate(recipe), "optimizer._target_").msg
+
+
+def test_typo_in_target_suggests_the_allowed_name(validate, recipe):
+    recipe["optimizer"]["_target_"] = "torch.optim.AdamWW"
+    assert "torch.optim.AdamW" in error_at(validate(recipe), "optimizer._target_").fix
+
+
+def test_missing_target_is_an_error(validate, recipe):
+    del recipe["optimizer"]["_target_"]
+    error_at(validate(recipe), "optimizer._target_")
+
+
+def test_unknown_kwarg_is_an_error_at_its_path_with_did_you_mean(validate, recipe):
+    recipe["optimizer"]["lrr"] = 1e-4
+    assert "'lr'" in error_at(validate(recipe), "optimizer.lrr").fix
+
+
+def test_injected_kwarg_in_recipe_is_an_error(validate, recipe):
+    recipe["optimizer"]["params"] = []
+    recipe["lr_scheduler"]["optimizer"] = "x"
+    result = validate(recipe)
+    error_at(result, "optimizer.params")
+    error_at(result, "lr_scheduler.optimizer")
+
+
+def test_required_kwarg_missing_is_an_error(validate, recipe):
+    del recipe["dataset"]["path_or_dataset"]
+    error_at(validate(recipe), "dataset.path_or_dataset")
+
+
+def test_target_of_the_wrong_kind_is_an_error(validate, recipe):
+    recipe["optimizer"] = {
+        "_target_": "tuneyard.datasets.MockDataset",
+        "vocab_size": 8,
+        "seq_length": 8,
+    }
+    assert "not a optimizer" in error_at(validate(recipe), "optimizer._target_").msg
+
+
+def test_nested_target_is_checked(validate, recipe):
+    recipe["loss_fn"] = {
+        "_target_": "torch.nn.CrossEntropyLoss",
+        "reduction": {"_target_": "os.getenv"},
+    }
+    error_at(validate(recipe), "loss_fn.reduction._target_")
+
+
+@pytest.mark.parametrize(
+    ("alias", "canonical"),
+    [
+        (
+            "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
+            "tuneyard.models.AutoModelForCausalLM.from_pretrained",
+        ),
+        (
+            "nemo_automodel.components._transformers.auto_model.NeMoAutoModelForCausalLM.from_config",
+            "tuneyard.models.AutoModelForCausalLM.from_config",
+        ),
+        ("nemo_automodel.datasets.squad.SquadDataset", "tuneyard.datasets.SquadDataset"),
+        (
+            "nemo_automodel.components.datasets.llm.squad.make_squad_dataset",
+            "tuneyard.datasets.SquadDataset",
+        ),
+        (
+            "nemo_automodel.schedulers.CosineAnnealingWarmup",
+            "tuneyard.schedulers.CosineAnnealingWarmup",
+        ),
+        (
+            "nemo_automodel.components.loss.masked_ce.MaskedCrossEntropy",
+            "tuneyard.loss.MaskedCrossEntropy",
+        ),
+        ("torch.nn.modules.loss.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"),
+    ],
+)
+def test_nemo_automodel_names_are_aliases_of_ours(alias, canonical):
+    assert resolve_target(alias, "x._target_") is TARGETS[canonical]
+
+
+def test_resolve_target_raises_recipe_invalid_with_the_loc():
+    with pytest.raises(RecipeInvalid) as info:
+        resolve_target("os.system", "model._target_")
+    assert [e.loc for e in info.value.errors] == ["model._target_"]
+
+
+def test_load_callable_refuses_specs_not_in_the_table():
+    forged = TargetSpec("os.system", "os:system", "optimizer", frozenset())
+    with pytest.raises(RecipeInvalid):
+        load_callable(forged)
+
+
+def test_build_instantiates_an_allowlisted_target():
+    lora = build({"_target_": "tuneyard.peft.LoraConfig", "dim": 4}, "peft")
+    assert isinstance(lora, PeftSection) and lora.dim == 4
+
+
+def test_build_refuses_bad_kwargs_before_importing(monkeypatch):
+    monkeypatch.setattr(importlib, "import_module", lambda *a: pytest.fail("imported"))
+    with pytest.raises(RecipeInvalid) as info:
+        build({"_target_": "torch.optim.AdamW", "lrr": 1}, "optimizer")
+    assert [e.loc for e in info.value.errors] == ["optimizer.lrr"]
+
+
+def test_build_is_recursive_and_passes_only_declared_injections(monkeypatch):
+    spec = TargetSpec(
+        "test.Record",
+        "builtins:dict",
+        "loss",
+        frozenset({"inner", "n"}),
+        injected=frozenset({"tokenizer"}),
+    )
+    monkeypatch.setitem(targets.TARGETS, "test.Record", spec)
+    monkeypatch.setattr(targets, "_ALLOWED_SPECS", targets._ALLOWED_SPECS | {spec})
+    section = {"_target_": "test.Record", "inner": {"_target_": "test.Record", "n": 1}}
+    built = build(section, "loss_fn", tokenizer="tok", optimizer="not declared", n=5)
+    assert built == {"inner": {"n": 1}, "tokenizer": "tok", "n": 5}
+
+
+def test_torch_specs_match_the_real_signatures():
+    """The static params lists are what torch's callables accept (torch imported here only)."""
+    import inspect
+
+    for spec in {s for s in TARGETS.values() if s.import_path.startswith("torch.")}:
+        accepted = set(inspect.signature(load_callable(spec)).parameters)
+        assert spec.params is not None and spec.params <= accepted, spec.name
+        assert spec.injected <= accepted, spec.name
+        if spec.kind in ("optimizer", "lr_scheduler"):  # every keyword, nothing left out
+            assert spec.params | spec.injected == accepted, spec.name
+
+
+def test_automodel_squad_kwargs_fold_onto_ours(validate, recipe, squad_dir):
+    recipe["dataset"] = {
+        "_target_": "nemo_automodel.components.datasets.llm.squad.make_squad_dataset",
+        "dataset_name": str(squad_dir),
+        "seq_length": 64,
+        "split": "train",
+    }
+    dataset = validate(recipe).recipe["dataset"]
+    assert dataset["path_or_dataset"] == str(squad_dir) and dataset["max_seq_length"] == 64
+    assert "dataset_name" not in dataset
+
+
+def test_conflicting_kwarg_synonyms(validate, recipe, squad_dir):
+    recipe["dataset"]["dataset_name"] = "org/other"
+    error_at(validate(recipe), "dataset.dataset_name")
