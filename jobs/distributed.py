@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from functools import cache
 from typing import Any, Literal
 
 from pydantic import ConfigDict, PositiveInt, TypeAdapter, ValidationError, field_validator
@@ -159,6 +160,12 @@ def strategy_name(config: StrategyConfig) -> str:
     return next(name for name, cls in STRATEGY_CONFIGS.items() if isinstance(config, cls))
 
 
+@cache
+def _adapter(cls: type) -> TypeAdapter:
+    """One TypeAdapter per config class: building one costs milliseconds per call."""
+    return TypeAdapter(cls)
+
+
 def resolve_strategy(
     strategy: str | StrategyConfig,
     options: Mapping[str, Any] | None = None,
@@ -179,7 +186,7 @@ def resolve_strategy(
         ]
     cls = STRATEGY_CONFIGS[name]
     try:
-        return TypeAdapter(cls).validate_python(dict(options or {})), []
+        return _adapter(cls).validate_python(dict(options or {})), []
     except ValidationError as exc:
         errors = field_errors(exc, LOC, [*(f.name for f in fields(cls)), *also_known])
         return None, [_strategy_option_error(e, name) for e in errors]
@@ -199,7 +206,7 @@ def _sub_config(cls: type, value: Any, loc: str) -> tuple[Any, list[FieldError]]
     if value is None or isinstance(value, cls):
         return value, []
     try:
-        return TypeAdapter(cls).validate_python(value), []
+        return _adapter(cls).validate_python(value), []
     except ValidationError as exc:
         return None, field_errors(exc, loc, [f.name for f in fields(cls)])
 

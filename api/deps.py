@@ -1,0 +1,112 @@
+"""Request dependencies: settings, a database session, and the calling principal.
+
+`SessionDep` yields one session per request. `CurrentPrincipal` resolves
+`Authorization: Bearer <key>` to a project and role (401 when missing or unknown); with
+`TUNEYARD_AUTH=off` every caller is admin of the `default` project. `require(role)` turns a
+too-weak role into a 403. `ReleasingRoute` hands a route's connection back as soon as the
+route returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.errors import ApiError
+from jobs.auth import Principal, default_principal, verify_key
+from jobs.settings import Settings
+
+bearer = HTTPBearer(auto_error=False, description="An API key from `tuneyard keys create`.")
+
+
+# Cheap dependencies are async: FastAPI runs a sync one in the threadpool, one more queue
+# a request waits in under load.
+async def get_settings_dep(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """One session per request, closed on the event loop: a sync teardown would need a
+    threadpool slot, and with every slot waiting for a pooled connection the connections
+    held by finished requests would never come back."""
+    factory: sessionmaker[Session] = request.app.state.session_factory
+    session = factory()
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def _release_sessions(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(endpoint)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return endpoint(*args, **kwargs)
+        finally:
+            for value in kwargs.values():
+                if isinstance(value, Session):
+                    value.close()
+
+    return run
+
+
+class ReleasingRoute(APIRoute):
+    """Closes the request's session as soon as a sync route returns.
+
+    FastAPI validates a sync route's response in the threadpool; a session still inside its
+    transaction would hold a pooled connection (or SQLite's write lock) while it waits for
+    a thread, and under load every thread can be waiting for that connection or lock.
+    """
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        if not inspect.iscoroutinefunction(endpoint):
+            endpoint = _release_sessions(endpoint)
+        super().__init__(path, endpoint, **kwargs)
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+SessionDep = Annotated[Session, Depends(get_session)]
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+def get_principal(settings: SettingsDep, session: SessionDep, creds: Credentials) -> Principal:
+    """The caller; ends its short transaction so no connection is held while the route
+    does slow work (validation) and no SQLite write lock is held across the request."""
+    if not settings.auth_enabled:
+        principal = default_principal(session)
+        session.commit()
+        return principal
+    if creds is None or creds.scheme.lower() != "bearer":
+        raise ApiError(401, "unauthorized", "send `Authorization: Bearer <api key>`")
+    principal = verify_key(session, creds.credentials)
+    session.commit()
+    if principal is None:
+        raise ApiError(401, "unauthorized", "unknown or revoked API key")
+    return principal
+
+
+CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
+
+
+def require(role: str) -> Callable[[Principal], Awaitable[Principal]]:
+    """A dependency that lets through principals with at least `role`."""
+
+    async def check(principal: CurrentPrincipal) -> Principal:
+        if not principal.can(role):
+            raise ApiError(403, "forbidden", f"this key's role '{principal.role}' cannot do "
+                           f"this; it needs '{role}' or higher")  # fmt: skip
+        return principal
+
+    return check
+
+
+Reader = Annotated[Principal, Depends(require("read"))]
+Submitter = Annotated[Principal, Depends(require("submit"))]
+Admin = Annotated[Principal, Depends(require("admin"))]

@@ -1,0 +1,121 @@
+"""The API's error shapes, one per kind of failure, and the handlers that produce them.
+
+- 422: `{"errors": [{"loc": "optimizer.lr", "msg": "...", "fix": "..."}]}` for anything the
+  caller sent wrong (recipe fields, body fields, query parameters); `loc` is a dotted path
+  without the `body.` / `query.` prefix.
+- every other error: `{"error": {"code": "not_found", "message": "...", ...}}`; a 409 for a
+  state conflict adds `current_status` (and `job_id`), an idempotency conflict adds `job_id`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from jobs.errors import FieldError
+
+log = logging.getLogger("tuneyard.api")
+
+_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+          405: "method_not_allowed", 409: "conflict", 415: "unsupported_media_type",
+          429: "too_many_requests", 503: "unavailable"}  # fmt: skip
+
+
+class ApiError(Exception):
+    """Raise from a route to answer `{"error": {"code", "message", **extra}}`."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any):
+        self.status = status
+        self.code = code
+        self.message = message
+        self.extra = extra
+        super().__init__(message)
+
+
+class InvalidRequest(Exception):
+    """Raise from a route to answer 422 with FieldErrors."""
+
+    def __init__(self, errors: list[FieldError]):
+        self.errors = errors
+        super().__init__("; ".join(str(e) for e in errors))
+
+
+def not_found(what: str, ident: str) -> ApiError:
+    return ApiError(404, "not_found", f"{what} {ident} not found")
+
+
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, **extra}}
+
+
+def field_errors_response(errors: list[FieldError]) -> JSONResponse:
+    return JSONResponse({"errors": [e.to_dict() for e in errors]}, status_code=422)
+
+
+def _loc_of(raw: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in raw]
+    if parts and parts[0] in {"body", "query", "path", "header"}:
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+def _fix_of(error: dict[str, Any]) -> str:
+    kind = error.get("type", "")
+    if kind == "missing":
+        return "add this field"
+    if kind == "extra_forbidden":
+        return "remove this field (see the schema at /docs)"
+    ctx = error.get("ctx") or {}
+    if "expected" in ctx:
+        return f"use {ctx['expected']}"
+    if "ge" in ctx or "le" in ctx or "gt" in ctx or "lt" in ctx:
+        return "use a value in the allowed range: " + ", ".join(
+            f"{k} {v}" for k, v in ctx.items() if k in {"ge", "le", "gt", "lt"}
+        )
+    return "see the schema at /docs"
+
+
+def pydantic_field_errors(errors: list[dict[str, Any]]) -> list[FieldError]:
+    return [FieldError(_loc_of(tuple(e.get("loc", ()))), e.get("msg", "invalid"), _fix_of(e))
+            for e in errors]  # fmt: skip
+
+
+async def _api_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return JSONResponse(error_body(exc.code, exc.message, **exc.extra), exc.status, headers)
+
+
+async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, InvalidRequest)
+    return field_errors_response(exc.errors)
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return field_errors_response(pydantic_field_errors(list(exc.errors())))
+
+
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _CODES.get(exc.status_code, "error")
+    message = exc.detail if isinstance(exc.detail, str) else code
+    return JSONResponse(error_body(code, message), exc.status_code, getattr(exc, "headers", None))
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return JSONResponse(error_body("internal", "internal server error; see the server log"), 500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(InvalidRequest, _invalid_request)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,77 @@
+"""The FastAPI application: `create_app(settings)` builds it, `app` is the one uvicorn runs
+(`tuneyard api` serves `api.main:app`).
+
+The factory wires settings, the session factory, error handlers, Prometheus request
+metrics, the routers and, where present, the dashboard (`api.dashboard.mount_dashboard`).
+With `TUNEYARD_AUTH=off` every request acts as admin of the `default` project; the app
+logs that at start, loudly when the database is not the embedded SQLite default.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlalchemy.orm import sessionmaker
+
+from api.errors import install_error_handlers
+from api.prometheus import MetricsMiddleware, RequestStats
+from api.routes import jobs, system, telemetry
+from jobs.db import database_url, get_engine
+from jobs.settings import Settings, get_settings
+
+log = logging.getLogger("tuneyard.api")
+
+DESCRIPTION = """Submit, validate and watch LLM fine-tuning jobs.
+
+Authenticate with `Authorization: Bearer <key>` (`tuneyard keys create --project P --role R`).
+Field errors answer 422 with `{"errors": [{"loc", "msg", "fix"}]}`; every other error answers
+`{"error": {"code", "message", ...}}` (a 409 adds `current_status`)."""
+
+
+def announce_auth(settings: Settings) -> None:
+    if settings.auth_enabled:
+        log.info("API keys required (TUNEYARD_AUTH=on)")
+        return
+    if database_url(settings).startswith("sqlite"):
+        log.warning("TUNEYARD_AUTH=off: no API key needed; every caller is admin of project "
+                    "'default' (embedded local default only)")  # fmt: skip
+    else:
+        log.warning("TUNEYARD_AUTH=off on a shared database (%s): anyone who reaches this "
+                    "port is admin; set TUNEYARD_AUTH=on", database_url(settings).split("@")[-1])  # fmt: skip
+
+
+def _mount_dashboard(app: FastAPI) -> None:
+    try:
+        dashboard = importlib.import_module("api.dashboard")
+    except ModuleNotFoundError as exc:  # the dashboard is optional in a trimmed install
+        if exc.name != "api.dashboard":
+            raise
+        return
+    dashboard.mount_dashboard(app)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        announce_auth(settings)
+        yield
+
+    app = FastAPI(title="tuneyard", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.session_factory = sessionmaker(bind=get_engine(settings), expire_on_commit=False)
+    app.state.request_stats = RequestStats()
+    install_error_handlers(app)
+    app.add_middleware(MetricsMiddleware, stats=app.state.request_stats)
+    for router in (jobs.router, telemetry.router, system.router):
+        app.include_router(router)
+    _mount_dashboard(app)
+    return app
+
+
+app = create_app()

@@ -1,0 +1,219 @@
+"""`/v1/jobs`: submit (with Idempotency-Key), validate, list, read, cancel / pause / resume,
+and the job's event history. Every lookup is scoped to the caller's project: another
+project's job is a 404, never a 403.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Response
+
+from api.deps import Reader, ReleasingRoute, SessionDep, SettingsDep, Submitter
+from api.errors import ApiError, InvalidRequest, not_found
+from api.schemas import (
+    ErrorOut,
+    EventPublic,
+    EventsPublic,
+    JobCreate,
+    JobPublic,
+    JobsPublic,
+    ValidateOut,
+    ValidationErrors,
+)
+from api.submission import check_request, enqueue, new_job
+from jobs import store
+from jobs.auth import Principal
+from jobs.errors import FieldError
+from jobs.states import IllegalTransition, JobStatus, available_controls, request_control
+from jobs.tables import Job
+
+router = APIRouter(prefix="/v1", tags=["jobs"], route_class=ReleasingRoute)
+
+AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "Missing or unknown API key."},
+    403: {"model": ErrorOut, "description": "The key's role is too weak."},
+}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorOut, "description": "No such job in this project."}
+}
+INVALID: dict[int | str, dict[str, Any]] = {
+    422: {"model": ValidationErrors, "description": "Field errors: loc, msg, fix."}
+}
+CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorOut, "description": "Not allowed in the job's current state."}
+}
+
+
+def job_public(job: Job, project: str, latest: dict[str, Any] | None = None) -> JobPublic:
+    return JobPublic(
+        id=job.id, name=job.name, project=project, status=JobStatus(job.status),
+        queue=job.queue, priority=job.priority, labels=job.labels or {}, attempt=job.attempt,
+        max_attempts=job.max_attempts, resources=job.resources or {},
+        overrides=list((job.spec or {}).get("overrides") or []), recipe=job.recipe or {},
+        plan=job.plan or {}, max_steps=(job.plan or {}).get("max_steps"), latest_metrics=latest,
+        actions=available_controls(job.status), error_code=job.error_code,
+        error_message=job.error_message, run_dir=job.run_dir,
+        idempotency_key=job.idempotency_key, created_at=job.created_at,
+        updated_at=job.updated_at, dispatched_at=job.dispatched_at, started_at=job.started_at,
+        finished_at=job.finished_at,
+    )  # fmt: skip
+
+
+def find_job(session: SessionDep, principal: Principal, job_id: str) -> Job:
+    job = store.get_job(session, principal.project_id, job_id)
+    if job is None:
+        raise not_found("job", job_id)
+    return job
+
+
+@router.post(
+    "/jobs",
+    status_code=201,
+    response_model=JobPublic,
+    summary="Submit a job",
+    responses={
+        200: {"model": JobPublic, "description": "Replay: this Idempotency-Key and body "
+              "already created this job."},
+        409: {"model": ErrorOut, "description": "Idempotency-Key reused with another body."},
+        **INVALID, **AUTH_ERRORS,
+    },
+)  # fmt: skip
+def create_job(
+    body: JobCreate,
+    response: Response,
+    principal: Submitter,
+    session: SessionDep,
+    settings: SettingsDep,
+    idempotency_key: Annotated[
+        str | None,
+        Header(alias="Idempotency-Key", min_length=1, max_length=255,
+               description="Retry-safe submission: the same key and body return the same job."),
+    ] = None,
+) -> JobPublic:  # fmt: skip
+    """Validate everything, store the job, then queue it. Nothing is stored when invalid."""
+    checked = check_request(body, settings)
+    try:
+        job, created = store.create_job(
+            session, principal.project_id, new_job(body, checked, idempotency_key)
+        )
+    except store.IdempotencyConflict as exc:
+        raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
+    if created:
+        enqueue(session, job, settings)
+    else:
+        response.status_code = 200
+    return job_public(job, principal.project_name)
+
+
+@router.post(
+    "/jobs:validate",
+    response_model=ValidateOut,
+    summary="Validate a job without storing it",
+    responses={**INVALID, **AUTH_ERRORS},
+)
+def validate(body: JobCreate, principal: Submitter, settings: SettingsDep) -> ValidateOut:
+    """The same checks as submit; answers the plan, or 422 with every field error."""
+    checked = check_request(body, settings)
+    return ValidateOut(valid=True, errors=[], plan=checked.plan, recipe=checked.recipe,
+                       queue=checked.queue)  # fmt: skip
+
+
+@router.get("/jobs", response_model=JobsPublic, summary="List jobs, newest first",
+            responses={**INVALID, **AUTH_ERRORS})  # fmt: skip
+def list_jobs(
+    principal: Reader,
+    session: SessionDep,
+    status: Annotated[list[JobStatus] | None, Query(description="Repeat to match several.")] = None,
+    label: Annotated[list[str] | None, Query(description="`key=value`; repeat to AND.")] = None,
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> JobsPublic:
+    labels = _parse_labels(label or [])
+    try:
+        jobs, next_cursor = store.list_jobs(
+            session, principal.project_id, statuses=[s.value for s in status or []],
+            labels=labels, cursor=cursor, limit=limit,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise InvalidRequest([FieldError("cursor", str(exc), "pass a next_cursor value "
+                                         "from a previous page, or none")]) from exc  # fmt: skip
+    latest = store.latest_train_metrics(session, [j.id for j in jobs])
+    data = [job_public(j, principal.project_name, latest.get(j.id)) for j in jobs]
+    return JobsPublic(data=data, next_cursor=next_cursor)
+
+
+def _parse_labels(items: list[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidRequest([FieldError("label", f"'{item}' is not key=value",
+                                             "filter as label=team=nlp")])  # fmt: skip
+        labels[key] = value
+    return labels
+
+
+@router.get("/jobs/{job_id}", response_model=JobPublic, summary="Read a job",
+            responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+def get_job(job_id: str, principal: Reader, session: SessionDep) -> JobPublic:
+    job = find_job(session, principal, job_id)
+    latest = store.latest_train_metrics(session, [job.id]).get(job.id)
+    return job_public(job, principal.project_name, latest)
+
+
+def _control(verb: str, job_id: str, principal: Principal, session: SessionDep) -> Job:
+    find_job(session, principal, job_id)
+    try:
+        job, changed = request_control(session, job_id, verb, reason=f"{verb} requested by "
+                                       f"key {principal.key_id or 'auth-off'}")  # fmt: skip
+    except IllegalTransition as exc:
+        session.rollback()
+        raise ApiError(
+            409, "illegal_transition", f"cannot {verb} a {exc.current_status} job",
+            current_status=exc.current_status, job_id=job_id,
+        ) from exc  # fmt: skip
+    session.commit()
+    return job
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobPublic, summary="Cancel a job",
+             responses={**NOT_FOUND, **CONFLICT, **AUTH_ERRORS})  # fmt: skip
+def cancel_job(job_id: str, principal: Submitter, session: SessionDep) -> JobPublic:
+    """Queued or paused jobs end at once; running ones go to `cancelling` until the worker
+    has stopped every rank. Cancelling a `cancelling` job is a no-op; a finished one is 409."""
+    return job_public(_control("cancel", job_id, principal, session), principal.project_name)
+
+
+@router.post("/jobs/{job_id}/pause", response_model=JobPublic, summary="Pause a job",
+             responses={**NOT_FOUND, **CONFLICT, **AUTH_ERRORS})  # fmt: skip
+def pause_job(job_id: str, principal: Submitter, session: SessionDep) -> JobPublic:
+    """A running job saves a checkpoint and stops (`pausing` -> `paused`); a queued one is
+    held back (`paused`)."""
+    return job_public(_control("pause", job_id, principal, session), principal.project_name)
+
+
+@router.post("/jobs/{job_id}/resume", response_model=JobPublic, summary="Resume a paused job",
+             responses={**NOT_FOUND, **CONFLICT, **AUTH_ERRORS})  # fmt: skip
+def resume_job(
+    job_id: str, principal: Submitter, session: SessionDep, settings: SettingsDep
+) -> JobPublic:
+    """Queue a paused job again; it continues from its LATEST checkpoint."""
+    job = _control("resume", job_id, principal, session)
+    enqueue(session, job, settings)
+    return job_public(job, principal.project_name)
+
+
+@router.get("/jobs/{job_id}/events", response_model=EventsPublic, summary="A job's history",
+            responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+def job_events(
+    job_id: str,
+    principal: Reader,
+    session: SessionDep,
+    after: Annotated[int, Query(ge=0, description="Event id cursor.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+) -> EventsPublic:
+    find_job(session, principal, job_id)
+    events = store.list_events(session, job_id, after, limit)
+    data = [EventPublic.model_validate(e, from_attributes=True) for e in events]
+    return EventsPublic(data=data, next_after=events[-1].id if events else after or None)

@@ -1,0 +1,155 @@
+"""What a job produces, read back: metrics (cursor, downsampling, SSE stream), logs and
+checkpoints. All scoped to the caller's project like every job lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.deps import Reader, ReleasingRoute, SessionDep
+from api.routes.jobs import AUTH_ERRORS, NOT_FOUND, find_job
+from api.schemas import (
+    CheckpointPublic,
+    CheckpointsPublic,
+    LogLine,
+    LogsPublic,
+    MetricRecord,
+    MetricsPublic,
+)
+from api.sse import SSE_HEADERS, Fetch, last_event_id, stream_rows
+from jobs import store
+from jobs.tables import Job, JobLog
+
+router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["telemetry"], route_class=ReleasingRoute)
+
+Kind = Literal["train", "val"]
+STREAM_DOC = {200: {"content": {"text/event-stream": {}}, "description": "Server-sent events."}}
+
+
+@router.get("/metrics", response_model=MetricsPublic, summary="Metric records of a job",
+            responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+def job_metrics(
+    job_id: str,
+    principal: Reader,
+    session: SessionDep,
+    kind: Kind = "train",
+    after_step: Annotated[
+        int | None, Query(ge=-1, le=2**31 - 1, description="Cursor: only steps greater than this.")
+    ] = None,  # fmt: skip
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    max_points: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=10_000,
+            description="Downsample to at "
+            "most this many records: each bucket of steps keeps its lowest and "
+            "highest loss, and the last step is always kept.",
+        ),
+    ] = None,  # fmt: skip
+) -> MetricsPublic:
+    """Ascending by step. Poll with `after_step=<next_after_step>` for new records."""
+    job = find_job(session, principal, job_id)
+    if max_points is not None:
+        rows, downsampled = store.metrics_downsampled(session, job.id, kind, after_step,
+                                                      max_points)  # fmt: skip
+    else:
+        rows, downsampled = store.metrics_page(session, job.id, kind, after_step, limit), False
+    next_step = rows[-1]["step"] if rows else after_step
+    data = [MetricRecord.model_validate(r) for r in rows]
+    return MetricsPublic(data=data, kind=kind, downsampled=downsampled, next_after_step=next_step)
+
+
+def _stream_fetch(
+    request: Request, job_id: str, rows_after: Callable[[Session, int], list[dict[str, Any]]]
+) -> Fetch:
+    factory: sessionmaker[Session] = request.app.state.session_factory
+
+    def fetch(after: int) -> tuple[list[dict[str, Any]], str | None]:
+        with factory() as session:
+            # Status first: rows committed before a terminal transition are then visible.
+            status = session.scalar(select(Job.status).where(Job.id == job_id))
+            return rows_after(session, after), status
+
+    return fetch
+
+
+def _event_stream(request: Request, fetch: Fetch, event: str, after: int) -> StreamingResponse:
+    return StreamingResponse(stream_rows(request, fetch, event, after),
+                             media_type="text/event-stream", headers=SSE_HEADERS)  # fmt: skip
+
+
+@router.get("/metrics/stream", summary="Live metric records (server-sent events)",
+            response_class=StreamingResponse,
+            responses={**STREAM_DOC, **NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+def stream_metrics(
+    job_id: str,
+    request: Request,
+    principal: Reader,
+    session: SessionDep,
+    kind: Kind | None = None,
+    after_id: Annotated[
+        int, Query(ge=0, description="Start after this event id (`Last-Event-ID` wins when sent).")
+    ] = 0,  # fmt: skip
+) -> StreamingResponse:
+    """One `metric` event per record (train and val unless `kind` is given), `id` = the
+    record's id; ends with an `end` event when the job has finished."""
+    job = find_job(session, principal, job_id)
+    kinds = [kind] if kind else ["train", "val"]
+
+    def rows(s: Session, after: int) -> list[dict[str, Any]]:
+        return store.metrics_after_id(s, job.id, kinds, after)
+
+    session.close()
+    fetch = _stream_fetch(request, job.id, rows)
+    return _event_stream(request, fetch, "metric", last_event_id(request, after_id))
+
+
+def _log_dict(line: JobLog) -> dict[str, Any]:
+    return LogLine.model_validate(line, from_attributes=True).model_dump(mode="json")
+
+
+@router.get("/logs", response_model=LogsPublic, summary="A job's stdout and stderr",
+            responses={**STREAM_DOC, **NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+def job_logs(
+    job_id: str,
+    request: Request,
+    principal: Reader,
+    session: SessionDep,
+    after: Annotated[int, Query(ge=0, description="Line id cursor.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    follow: Annotated[
+        bool, Query(description="Stream new lines as server-sent events until the job ends.")
+    ] = False,  # fmt: skip
+) -> LogsPublic | StreamingResponse:
+    """Lines in order after the cursor; `follow=true` answers `text/event-stream` instead,
+    one `log` event per line (resumable with `Last-Event-ID`)."""
+    job = find_job(session, principal, job_id)
+    if follow:
+        session.close()
+
+        def rows(s: Session, cursor: int) -> list[dict[str, Any]]:
+            return [_log_dict(line) for line in store.list_logs(s, job.id, cursor, 500)]
+
+        fetch = _stream_fetch(request, job.id, rows)
+        return _event_stream(request, fetch, "log", last_event_id(request, after))
+    lines = store.list_logs(session, job.id, after, limit)
+    data = [LogLine.model_validate(line, from_attributes=True) for line in lines]
+    return LogsPublic(lines=data, next_after=lines[-1].id if lines else after or None)
+
+
+@router.get("/checkpoints", response_model=CheckpointsPublic, summary="A job's checkpoints",
+            responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+def job_checkpoints(job_id: str, principal: Reader, session: SessionDep) -> CheckpointsPublic:
+    """Published checkpoints, ascending by step, with the metrics at that step."""
+    job = find_job(session, principal, job_id)
+    rows = store.list_checkpoints(session, job.id)
+    return CheckpointsPublic(
+        data=[CheckpointPublic.model_validate(c, from_attributes=True) for c in rows]
+    )

@@ -1,0 +1,222 @@
+"""HTTP request and response models (pydantic), named by family: `JobCreate` in,
+`JobPublic` / `JobsPublic` out, and the small records the job's sub-resources return.
+
+Request models forbid unknown fields so a typo (`nproc_per_nod`) is a 422 naming it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from jobs.states import JobStatus
+
+LabelKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-/]{1,63}$")]
+LabelValue = Annotated[str, StringConstraints(max_length=200)]
+
+
+class ResourcesIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    nnodes: int = Field(1, ge=1, le=256, description="Nodes (one worker per node).")
+    nproc_per_node: int = Field(1, ge=1, le=64, description="Ranks per node (GPUs or CPU ranks).")
+    accelerator: Literal["cpu", "cuda"] = "cpu"
+
+
+class JobCreate(BaseModel):
+    """A job request: exactly one of `recipe` (an object) or `recipe_yaml` (text)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{
+                "name": "llama-sft",
+                "recipe_yaml": "step_scheduler:\n  max_steps: 100\n",
+                "overrides": ["optimizer.lr=1e-4"],
+                "resources": {"nnodes": 1, "nproc_per_node": 1, "accelerator": "cpu"},
+                "labels": {"team": "nlp"},
+            }]
+        },
+    )  # fmt: skip
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    recipe: dict[str, Any] | None = None
+    recipe_yaml: str | None = Field(None, max_length=1_000_000)
+    overrides: list[str] = Field(default_factory=list, max_length=200)
+    resources: ResourcesIn = Field(default_factory=ResourcesIn)
+    priority: int = Field(0, ge=-1000, le=1000)
+    max_attempts: int = Field(3, ge=1, le=20)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
+
+
+class FieldErrorOut(BaseModel):
+    loc: str
+    msg: str
+    fix: str = ""
+
+
+class ValidationErrors(BaseModel):
+    """The 422 body."""
+
+    errors: list[FieldErrorOut]
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+    current_status: str | None = None
+    job_id: str | None = None
+
+
+class ErrorOut(BaseModel):
+    """Every non-422 error body."""
+
+    error: ErrorDetail
+
+
+class ValidateOut(BaseModel):
+    valid: bool
+    errors: list[FieldErrorOut]
+    plan: dict[str, Any]
+    recipe: dict[str, Any] | None = None
+    queue: str
+
+
+class JobPublic(BaseModel):
+    id: str
+    name: str
+    project: str
+    status: JobStatus
+    queue: str
+    priority: int
+    labels: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    resources: dict[str, Any]
+    overrides: list[str]
+    recipe: dict[str, Any]
+    plan: dict[str, Any]
+    max_steps: int | None = None
+    latest_metrics: dict[str, Any] | None = Field(None, description="The last train record.")
+    actions: list[Literal["cancel", "pause", "resume"]] = Field(
+        description="What a caller may ask for now."
+    )
+    error_code: str | None = None
+    error_message: str | None = None
+    run_dir: str | None = None
+    idempotency_key: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    dispatched_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class JobsPublic(BaseModel):
+    data: list[JobPublic]
+    next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page.")
+
+
+class EventPublic(BaseModel):
+    id: int
+    attempt: int
+    kind: str
+    from_status: str | None
+    to_status: str | None
+    message: str
+    data: dict[str, Any]
+    created_at: datetime
+
+
+class EventsPublic(BaseModel):
+    data: list[EventPublic]
+    next_after: int | None
+
+
+class MetricRecord(BaseModel):
+    id: int
+    kind: str
+    attempt: int
+    step: int
+    epoch: int | None = None
+    loss: float | None = None
+    val_loss: float | None = None
+    grad_norm: float | None = None
+    lr: float | None = None
+    mem: float | None = None
+    tps: float | None = None
+    tps_per_rank: float | None = None
+    mfu: float | None = None
+    num_tokens: int | None = None
+    timestamp: float | None = None
+
+
+class MetricsPublic(BaseModel):
+    data: list[MetricRecord]
+    kind: str
+    downsampled: bool
+    next_after_step: int | None = Field(
+        None, description="The last step returned: pass as `after_step` to poll for more."
+    )
+
+
+class LogLine(BaseModel):
+    id: int
+    attempt: int
+    stream: str
+    text: str
+    created_at: datetime
+
+
+class LogsPublic(BaseModel):
+    lines: list[LogLine]
+    next_after: int | None = Field(None, description="Pass as `after` to read on.")
+
+
+class CheckpointPublic(BaseModel):
+    id: int
+    attempt: int
+    step: int
+    path: str
+    size_bytes: int | None
+    metrics: dict[str, Any]
+    created_at: datetime
+
+
+class CheckpointsPublic(BaseModel):
+    data: list[CheckpointPublic]
+
+
+class ModelPublic(BaseModel):
+    architecture: str
+    family: str
+    tie_support: str
+    capabilities: dict[str, bool]
+    notes: str = ""
+
+
+class ModelsPublic(BaseModel):
+    data: list[ModelPublic]
+
+
+class KeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["admin", "submit", "read"]
+
+
+class KeyCreated(BaseModel):
+    id: int
+    project: str
+    role: str
+    prefix: str
+    key: str = Field(description="Shown once; only its hash is stored.")
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,130 @@
+"""From a `JobCreate` body to a stored, queued job: validation, queue choice, enqueue.
+
+Validation is `jobs.validation.validate_job`, the same code `tuneyard validate` runs; its
+FieldErrors become the 422 body. The broker only hears about a job after its row is
+committed; when the broker refuses, the job stays `queued` with no `dispatched_at` and the
+reconciler sends it later.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from api.errors import InvalidRequest
+from api.schemas import JobCreate
+from jobs import store
+from jobs.errors import FieldError
+from jobs.settings import Settings
+from jobs.tables import Job
+from jobs.validation import validate_job
+
+log = logging.getLogger("tuneyard.api")
+BAD_TEXT = "contains a NUL character or invalid unicode"
+
+
+@dataclass
+class Validated:
+    recipe: dict[str, Any]
+    plan: dict[str, Any]
+    resources: dict[str, Any]
+    queue: str
+
+
+def queue_for(resources: dict[str, Any]) -> str:
+    """`cpu`, or `gpu-<n>` for n GPUs per node (workers listen by resource class)."""
+    if resources.get("accelerator") == "cuda":
+        return f"gpu-{resources.get('nproc_per_node', 1)}"
+    return "cpu"
+
+
+def _recipe_input(body: JobCreate) -> dict[str, Any] | str:
+    if (body.recipe is None) == (body.recipe_yaml is None):
+        raise InvalidRequest([FieldError(
+            "recipe", "give exactly one of `recipe` (an object) or `recipe_yaml` (text)",
+            "send the recipe as a JSON object in `recipe`, or its YAML text in `recipe_yaml`",
+        )])  # fmt: skip
+    if body.recipe is not None:
+        return body.recipe
+    # A one-line string ending in .yaml would be read as a server-side path: never do that.
+    text = body.recipe_yaml or ""
+    return text if "\n" in text else text + "\n"
+
+
+def _storable(text: str) -> bool:
+    """PostgreSQL text and JSONB refuse NUL characters; UTF-8 refuses lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
+def unstorable_text(value: Any, loc: str = "") -> list[FieldError]:
+    """A FieldError for every string (or key) in `value` that the database cannot store."""
+    if isinstance(value, str):
+        return [] if _storable(value) else [FieldError(loc or "body", BAD_TEXT, "remove it")]
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, list):
+        items = list(enumerate(value))
+    else:
+        return []
+    found: list[FieldError] = []
+    for key, item in items:
+        where = f"{loc}.{key}" if loc else str(key)
+        if isinstance(key, str) and not _storable(key):
+            found.append(FieldError(loc or "body", f"a key {BAD_TEXT}", "rename the key"))
+        found += unstorable_text(item, where)
+    return found
+
+
+def check_request(body: JobCreate, settings: Settings) -> Validated:
+    """Run every check; returns what to store, or raises InvalidRequest."""
+    bad_text = unstorable_text(body.model_dump(mode="json"))
+    if bad_text:
+        raise InvalidRequest(bad_text[:20])
+    resources = body.resources.model_dump()
+    result = validate_job(_recipe_input(body), body.overrides, resources, settings)
+    if not result.valid or result.recipe is None:
+        raise InvalidRequest(result.errors or [FieldError("recipe", "invalid", "")])
+    return Validated(result.recipe, result.plan, resources, queue_for(resources))
+
+
+def new_job(body: JobCreate, checked: Validated, idempotency_key: str | None) -> store.NewJob:
+    spec = body.model_dump(mode="json")
+    return store.NewJob(
+        name=body.name or _default_name(checked.recipe),
+        spec=spec,
+        recipe=checked.recipe,
+        plan=checked.plan,
+        resources=checked.resources,
+        queue=checked.queue,
+        priority=body.priority,
+        labels=dict(body.labels),
+        max_attempts=body.max_attempts,
+        idempotency_key=idempotency_key,
+        request_hash=store.request_hash(spec),
+    )
+
+
+def _default_name(recipe: dict[str, Any]) -> str:
+    model = recipe.get("model") if isinstance(recipe.get("model"), dict) else {}
+    source = str(model.get("pretrained_model_name_or_path") or "job")
+    return source.rstrip("/").rsplit("/", 1)[-1][:200] or "job"
+
+
+def enqueue(session: Session, job: Job, settings: Settings) -> bool:
+    """Send the committed job to the broker; on failure log it and leave the job queued."""
+    from jobs.dispatch import enqueue_job
+
+    try:
+        enqueue_job(job.id, job.queue, settings)
+    except Exception as exc:  # any broker failure: the reconciler re-dispatches queued jobs
+        log.warning("job %s stays queued: the broker refused it (%s)", job.id, exc)
+        return False
+    store.mark_dispatched(session, job)
+    return True

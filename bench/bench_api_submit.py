@@ -1,0 +1,157 @@
+"""Benchmark: `POST /v1/jobs` latency at 50 concurrent clients on PostgreSQL.
+
+Starts `uvicorn api.main:app` (one process) on a throwaway PostgreSQL database
+(`tuneyard_api_test_bench_*`) with the broker on Redis DB 1, so each request runs the full
+path: auth, validation, insert, commit, enqueue. Prints median and p99 latency and
+throughput. Run: `python bench/bench_api_submit.py [--requests 500] [--concurrency 50]`.
+Also provides the server fixture `bench_api_metrics.py` reuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+REDIS_URL = "redis://127.0.0.1:6379/1"
+TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512,
+              "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 256}  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def pg_database() -> Iterator[str]:
+    name = f"tuneyard_api_test_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def write_assets(root: Path) -> dict:
+    from trainer.assets import write_squad_dir
+
+    (root / "tiny_llama").mkdir(parents=True)
+    (root / "tiny_llama" / "config.json").write_text(json.dumps(TINY_LLAMA))
+    write_squad_dir(root / "squad", n=8)
+    return {
+        "step_scheduler": {"max_steps": 20, "global_batch_size": 8},
+        "model": {"_target_": "tuneyard.models.AutoModelForCausalLM.from_pretrained",
+                  "pretrained_model_name_or_path": str(root / "tiny_llama"), "dtype": "float32"},
+        "dataset": {"_target_": "tuneyard.datasets.SquadDataset",
+                    "path_or_dataset": str(root / "squad"), "max_seq_length": 64},
+        "dataloader": {"batch_size": 4},
+        "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-3},
+    }  # fmt: skip
+
+
+@contextlib.contextmanager
+def api_server(url: str, tmp: Path) -> Iterator[tuple[str, str]]:
+    """A migrated database, a submit key and a running uvicorn; yields (base_url, key)."""
+    from jobs.auth import create_api_key
+    from jobs.db import session_scope, upgrade_database
+    from jobs.settings import Settings
+
+    env = {**os.environ, "TUNEYARD_DATABASE_URL": url, "TUNEYARD_BROKER_URL": REDIS_URL,
+           "TUNEYARD_HOME": str(tmp / "home"), "TUNEYARD_DATA_ROOTS": str(tmp),
+           "PYTHONPATH": str(REPO)}  # fmt: skip
+    settings = Settings(database_url=url)
+    upgrade_database(settings)
+    with session_scope(settings) as session:
+        key = create_api_key(session, "bench", "submit")[1]
+    port = free_port()
+    cmd = [sys.executable, "-m", "uvicorn", "api.main:app", "--port", str(port),
+           "--log-level", "warning", "--no-access-log"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.2)
+        yield base, key
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+async def post_many(base: str, key: str, body: dict, total: int, concurrency: int) -> list[float]:
+    latencies: list[float] = []
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(total):
+        queue.put_nowait(i)
+    headers = {"Authorization": f"Bearer {key}"}
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=120, limits=limits) as c:
+
+        async def client() -> None:
+            while not queue.empty():
+                i = queue.get_nowait()
+                start = time.perf_counter()
+                answer = await c.post("/v1/jobs", json={**body, "name": f"bench-{i}"})
+                latencies.append(time.perf_counter() - start)
+                assert answer.status_code == 201, answer.text
+
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+    return latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, default=50)
+    args = parser.parse_args()
+    import redis
+
+    with tempfile.TemporaryDirectory() as tmp, pg_database() as url:
+        recipe = write_assets(Path(tmp))
+        with api_server(url, Path(tmp)) as (base, key):
+            body = {"recipe": recipe}
+            asyncio.run(post_many(base, key, body, 20, 10))  # warm-up
+            start = time.perf_counter()
+            latencies = asyncio.run(post_many(base, key, body, args.requests, args.concurrency))
+            wall = time.perf_counter() - start
+        redis.Redis.from_url(REDIS_URL).flushdb()
+    ms = [x * 1000 for x in latencies]
+    print(f"POST /v1/jobs on PostgreSQL, {args.concurrency} concurrent clients, "
+          f"{args.requests} requests (1 uvicorn process, {os.cpu_count()} CPUs)")  # fmt: skip
+    print(f"  median {statistics.median(ms):.1f} ms   p99 {percentile(ms, 0.99):.1f} ms   "
+          f"max {max(ms):.1f} ms   throughput {args.requests / wall:.1f} req/s")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

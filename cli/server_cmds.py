@@ -1,0 +1,85 @@
+"""Server-side commands: `tuneyard migrate`, `tuneyard api`, `tuneyard keys create|revoke`.
+
+`migrate` runs Alembic's `upgrade head` against TUNEYARD_DATABASE_URL from any working
+directory (optionally waiting for the database first, as the prestart step does). `api`
+serves `api.main:app` with uvicorn. `keys create` prints a new API key once; only its hash
+is stored.
+"""
+
+from __future__ import annotations
+
+import typer
+
+keys_app = typer.Typer(help="Create and revoke API keys.", no_args_is_help=True)
+
+
+def migrate(
+    revision: str = typer.Option("head", help="Alembic revision to upgrade to."),
+    wait: float = typer.Option(0.0, help="Wait up to this many seconds for the database."),
+) -> None:
+    """Upgrade the database schema (alembic upgrade head)."""
+    from jobs.db import database_url, upgrade_database, wait_for_database
+    from jobs.settings import get_settings
+
+    settings = get_settings()
+    where = database_url(settings).split("@")[-1]
+    if wait > 0:
+        try:
+            wait_for_database(settings, wait)
+        except TimeoutError as exc:
+            typer.echo(f"error: {exc}; check TUNEYARD_DATABASE_URL", err=True)
+            raise typer.Exit(1) from exc
+    upgrade_database(settings, revision)
+    typer.echo(f"database at {where} is at revision {revision}")
+
+
+def api(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    workers: int = typer.Option(1, help="uvicorn worker processes."),
+) -> None:
+    """Serve the HTTP API (and the dashboard) with uvicorn."""
+    import uvicorn
+
+    uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="info")
+
+
+@keys_app.command("create")
+def create_key(
+    project: str = typer.Option(..., help="Project name (created if new)."),
+    role: str = typer.Option(..., help="admin, submit or read."),
+) -> None:
+    """Create an API key and print it (shown once)."""
+    from jobs.auth import check_role, create_api_key
+    from jobs.db import session_scope
+
+    try:
+        check_role(role)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    with session_scope() as session:
+        key, raw = create_api_key(session, project, role)
+        key_id = key.id
+    typer.echo(raw)
+    typer.echo(f"key {key_id} ({role}) for project '{project}'; it is shown only once", err=True)
+
+
+@keys_app.command("revoke")
+def revoke_key(key_id: int = typer.Argument(..., help="The key's id.")) -> None:
+    """Revoke an API key by id."""
+    from jobs.auth import revoke_api_key
+    from jobs.db import session_scope
+
+    with session_scope() as session:
+        revoked = revoke_api_key(session, key_id)
+    if not revoked:
+        typer.echo(f"error: key {key_id} does not exist or is already revoked", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"key {key_id} revoked")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("migrate")(migrate)
+    app.command("api")(api)
+    app.add_typer(keys_app, name="keys")

@@ -1,0 +1,110 @@
+"""API keys: creation, hashing and verification. Only a SHA-256 hash of a key is stored.
+
+A key looks like `ty_<43 url-safe chars>` (256 random bits), so a fast hash is enough: there
+is nothing to brute-force. The first characters (`prefix`) are kept in clear to tell keys
+apart in listings. Roles: `read` (GET only), `submit` (read + submit and control jobs),
+`admin` (submit + create keys for its project).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from jobs.errors import did_you_mean
+from jobs.tables import API_KEY_ROLES, ApiKey, Project, utcnow
+
+KEY_PREFIX = "ty_"
+ROLE_RANK = {"read": 0, "submit": 1, "admin": 2}
+DEFAULT_PROJECT = "default"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a project and a role (from a key, or the auth-off default)."""
+
+    project_id: int
+    project_name: str
+    role: str
+    key_id: int | None = None
+
+    def can(self, role: str) -> bool:
+        return ROLE_RANK[self.role] >= ROLE_RANK[role]
+
+
+def hash_key(raw_key: str) -> str:
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+def generate_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def check_role(role: str) -> None:
+    """Refuse an unknown role with a ValueError naming the fix."""
+    if role not in API_KEY_ROLES:
+        hint = did_you_mean(role, API_KEY_ROLES) or f"use one of {', '.join(API_KEY_ROLES)}"
+        raise ValueError(f"role: unknown role '{role}'; {hint}")
+
+
+def get_or_create_project(session: Session, name: str) -> Project:
+    """The project called `name`, created if missing (safe against a concurrent create)."""
+    project = session.scalar(select(Project).where(Project.name == name))
+    if project is not None:
+        return project
+    try:
+        with session.begin_nested():
+            project = Project(name=name)
+            session.add(project)
+    except IntegrityError:
+        project = session.scalar(select(Project).where(Project.name == name))
+    assert project is not None
+    return project
+
+
+def create_api_key(session: Session, project_name: str, role: str) -> tuple[ApiKey, str]:
+    """Create a key for `project_name` (created if needed); returns the row and the raw key.
+
+    The raw key is shown once: only its hash is stored. The caller commits.
+    """
+    check_role(role)
+    project = get_or_create_project(session, project_name)
+    raw = generate_key()
+    key = ApiKey(project_id=project.id, role=role, key_hash=hash_key(raw), prefix=raw[:10])
+    session.add(key)
+    session.flush()
+    return key, raw
+
+
+def verify_key(session: Session, raw_key: str) -> Principal | None:
+    """The principal for a presented key, or None if unknown or revoked."""
+    if not raw_key.startswith(KEY_PREFIX):
+        return None
+    row = session.execute(
+        select(ApiKey, Project.name)
+        .join(Project, Project.id == ApiKey.project_id)
+        .where(ApiKey.key_hash == hash_key(raw_key))
+    ).first()
+    if row is None or row[0].revoked_at is not None:
+        return None
+    key, project_name = row
+    return Principal(key.project_id, project_name, key.role, key.id)
+
+
+def revoke_api_key(session: Session, key_id: int) -> bool:
+    key = session.get(ApiKey, key_id)
+    if key is None or key.revoked_at is not None:
+        return False
+    key.revoked_at = utcnow()
+    return True
+
+
+def default_principal(session: Session) -> Principal:
+    """The caller when TUNEYARD_AUTH=off: admin of the `default` project."""
+    project = get_or_create_project(session, DEFAULT_PROJECT)
+    return Principal(project.id, project.name, "admin")

@@ -1,0 +1,336 @@
+"""Job queries for the API: create with an idempotency key, list with a cursor, read events,
+metrics (with SQL downsampling), logs and checkpoints.
+
+Every read is scoped to a project: a job of another project is simply not found. Creation
+relies on the unique (project_id, idempotency_key) constraint, so concurrent requests with
+one key create one job however they interleave. Status changes go through
+`jobs.states.transition`; nothing here writes `status` except the initial `queued`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Float, Select, and_, cast, func, or_, select, text, update
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
+from jobs.tables import Checkpoint, Job, JobEvent, JobLog, Metric, utcnow
+
+METRIC_FIELDS = ("step", "epoch", "loss", "val_loss", "grad_norm", "lr", "mem", "tps",
+                 "tps_per_rank", "mfu", "num_tokens", "timestamp")  # fmt: skip
+
+
+class IdempotencyConflict(Exception):
+    """The idempotency key was used before with a different request body."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        super().__init__(f"Idempotency-Key already used for job {job.id} with another body")
+
+
+@dataclass
+class NewJob:
+    """Everything the API resolved before storing a job."""
+
+    name: str
+    spec: dict[str, Any]
+    recipe: dict[str, Any]
+    plan: dict[str, Any]
+    resources: dict[str, Any]
+    queue: str
+    priority: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    max_attempts: int = 3
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+
+
+def request_hash(body: dict[str, Any]) -> str:
+    """A stable hash of a request body (key order does not matter)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def find_by_idempotency_key(session: Session, project_id: int, key: str) -> Job | None:
+    stmt = select(Job).where(Job.project_id == project_id, Job.idempotency_key == key)
+    return session.scalar(stmt)
+
+
+def _replay_or_conflict(existing: Job, new: NewJob) -> Job:
+    if existing.request_hash != new.request_hash:
+        raise IdempotencyConflict(existing)
+    return existing
+
+
+def create_job(session: Session, project_id: int, new: NewJob) -> tuple[Job, bool]:
+    """Insert a queued job and commit; returns (job, created). A replay returns the old job.
+
+    Raises IdempotencyConflict when the key was used with another body.
+    """
+    if new.idempotency_key:
+        existing = find_by_idempotency_key(session, project_id, new.idempotency_key)
+        if existing is not None:
+            return _replay_or_conflict(existing, new), False
+    now = utcnow()
+    job = Job(project_id=project_id, status="queued", created_at=now, updated_at=now,
+              **{k: v for k, v in vars(new).items()})  # fmt: skip
+    session.add(job)
+    try:
+        session.flush()
+    except IntegrityError:
+        # Another request with the same key won the race; its row is committed now.
+        session.rollback()
+        existing = find_by_idempotency_key(session, project_id, new.idempotency_key or "")
+        if existing is None:
+            raise
+        return _replay_or_conflict(existing, new), False
+    session.add(JobEvent(job_id=job.id, attempt=0, kind="submitted", to_status="queued",
+                         message="job submitted", data={"queue": job.queue}, created_at=now))  # fmt: skip
+    session.commit()
+    return job, True
+
+
+def mark_dispatched(session: Session, job: Job) -> None:
+    """Record that the job id went to the broker (only while it is still queued)."""
+    now = utcnow()
+    stmt = update(Job).where(Job.id == job.id, Job.status == "queued").values(dispatched_at=now)
+    updated = session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+    session.commit()
+    if updated:
+        set_committed_value(job, "dispatched_at", now)
+
+
+def is_job_id(value: str) -> bool:
+    try:
+        return str(uuid.UUID(value)) == value.lower() and len(value) == 36
+    except (ValueError, AttributeError):
+        return False
+
+
+def get_job(session: Session, project_id: int, job_id: str) -> Job | None:
+    """The job if it exists in this project (a malformed id is simply not found)."""
+    if not is_job_id(job_id):
+        return None
+    job = session.get(Job, job_id.lower())
+    return job if job is not None and job.project_id == project_id else None
+
+
+# --- listing with a cursor -----------------------------------------------------------------
+
+
+def encode_cursor(job: Job) -> str:
+    raw = json.dumps([job.created_at.isoformat(), job.id])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """Raises ValueError on a cursor this server did not hand out."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        created, job_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        when = datetime.fromisoformat(created)
+        if when.tzinfo is None or not is_job_id(job_id):
+            raise ValueError(job_id)
+        return when, job_id
+    except Exception as exc:  # any decoding problem means the same thing to the caller
+        raise ValueError("not a cursor returned by this server") from exc
+
+
+def list_jobs(
+    session: Session,
+    project_id: int,
+    *,
+    statuses: list[str] | None = None,
+    labels: dict[str, str] | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> tuple[list[Job], str | None]:
+    """Newest first; returns the page and the cursor of the next page (None at the end)."""
+    stmt = select(Job).where(Job.project_id == project_id)
+    if statuses:
+        stmt = stmt.where(Job.status.in_(statuses))
+    for key, value in (labels or {}).items():
+        stmt = stmt.where(Job.labels[key].as_string() == value)
+    if cursor:
+        created, job_id = decode_cursor(cursor)
+        stmt = stmt.where(
+            or_(Job.created_at < created, and_(Job.created_at == created, Job.id < job_id))
+        )
+    stmt = stmt.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)
+    jobs = list(session.scalars(stmt))
+    more = len(jobs) > limit
+    jobs = jobs[:limit]
+    return jobs, (encode_cursor(jobs[-1]) if more and jobs else None)
+
+
+def latest_train_metrics(session: Session, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The last train record of each job (for progress in job listings)."""
+    if not job_ids:
+        return {}
+    last = (
+        select(Metric.job_id, func.max(Metric.step).label("step"))
+        .where(Metric.job_id.in_(job_ids), Metric.kind == "train")
+        .group_by(Metric.job_id)
+        .subquery()
+    )
+    stmt = (
+        select(Metric)
+        .join(last, and_(Metric.job_id == last.c.job_id, Metric.step == last.c.step))
+        .where(Metric.kind == "train")
+    )
+    return {m.job_id: metric_dict(m) for m in session.scalars(stmt)}
+
+
+# --- events, logs, checkpoints ---------------------------------------------------------------
+
+
+def list_events(session: Session, job_id: str, after: int = 0, limit: int = 500) -> list[JobEvent]:
+    stmt = (
+        select(JobEvent)
+        .where(JobEvent.job_id == job_id, JobEvent.id > after)
+        .order_by(JobEvent.id)
+        .limit(limit)
+    )
+    return list(session.scalars(stmt))
+
+
+def list_logs(session: Session, job_id: str, after: int = 0, limit: int = 1000) -> list[JobLog]:
+    stmt = (
+        select(JobLog)
+        .where(JobLog.job_id == job_id, JobLog.id > after)
+        .order_by(JobLog.id)
+        .limit(limit)
+    )
+    return list(session.scalars(stmt))
+
+
+def list_checkpoints(session: Session, job_id: str) -> list[Checkpoint]:
+    stmt = select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step)
+    return list(session.scalars(stmt))
+
+
+def job_counts_by_status(session: Session) -> dict[str, int]:
+    rows = session.execute(select(Job.status, func.count()).group_by(Job.status))
+    return {status: count for status, count in rows}
+
+
+def queued_by_queue(session: Session) -> dict[str, int]:
+    stmt = select(Job.queue, func.count()).where(Job.status == "queued").group_by(Job.queue)
+    return {queue: count for queue, count in session.execute(stmt)}
+
+
+def ping(session: Session) -> None:
+    session.execute(text("SELECT 1"))
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+
+_METRIC_COLUMNS = (
+    Metric.id,
+    Metric.kind,
+    Metric.attempt,
+    *(getattr(Metric, n) for n in METRIC_FIELDS),
+)
+
+
+def metric_dict(m: Metric) -> dict[str, Any]:
+    return {"id": m.id, "kind": m.kind, "attempt": m.attempt,
+            **{name: getattr(m, name) for name in METRIC_FIELDS}}  # fmt: skip
+
+
+def _metrics_base(job_id: str, kind: str, after_step: int | None) -> Select[Any]:
+    stmt = select(*_METRIC_COLUMNS).where(Metric.job_id == job_id, Metric.kind == kind)
+    if after_step is not None:
+        stmt = stmt.where(Metric.step > after_step)
+    return stmt
+
+
+def metrics_page(
+    session: Session, job_id: str, kind: str, after_step: int | None, limit: int
+) -> list[dict[str, Any]]:
+    """Raw records ascending by step, after the cursor."""
+    stmt = _metrics_base(job_id, kind, after_step).order_by(Metric.step).limit(limit)
+    return [dict(row._mapping) for row in session.execute(stmt)]
+
+
+def metrics_after_id(
+    session: Session, job_id: str, kinds: list[str], after_id: int, limit: int = 500
+) -> list[dict[str, Any]]:
+    """Records inserted after row id `after_id` (the SSE cursor), in insertion order."""
+    stmt = (
+        select(Metric)
+        .where(Metric.job_id == job_id, Metric.kind.in_(kinds), Metric.id > after_id)
+        .order_by(Metric.id)
+        .limit(limit)
+    )
+    return [metric_dict(m) for m in session.scalars(stmt)]
+
+
+def metrics_downsampled(
+    session: Session, job_id: str, kind: str, after_step: int | None, max_points: int
+) -> tuple[list[dict[str, Any]], bool]:
+    """At most `max_points` records after the cursor, ascending by step; (records, downsampled).
+
+    Steps are cut into equal-width buckets; each bucket keeps the record with its lowest and
+    the one with its highest loss (val_loss for `val`), and the last step is always kept.
+    Runs in SQL (window functions), so 200k rows never leave the database.
+    """
+    where = [Metric.job_id == job_id, Metric.kind == kind]
+    if after_step is not None:
+        where.append(Metric.step > after_step)
+    # min/max of an indexed column are two index probes; steps are unique per job and kind,
+    # so a span no wider than max_points cannot hold more records than that.
+    lo, hi = session.execute(
+        select(func.min(Metric.step), func.max(Metric.step)).where(*where)
+    ).one()
+    if lo is None or hi - lo + 1 <= max_points:
+        return metrics_page(session, job_id, kind, after_step, max_points), False
+    buckets = (max_points - 1) // 2
+    if buckets == 0:  # room for the last records only
+        tail = (
+            _metrics_base(job_id, kind, after_step).order_by(Metric.step.desc()).limit(max_points)
+        )
+        return [dict(row._mapping) for row in reversed(session.execute(tail).all())], True
+    width = -(-(hi - lo + 1) // buckets)
+    steps = _extreme_steps(session, job_id, kind, after_step, lo, width) | {hi}
+    stmt = (
+        select(*_METRIC_COLUMNS)
+        .where(Metric.job_id == job_id, Metric.kind == kind, Metric.step.in_(sorted(steps)))
+        .order_by(Metric.step)
+    )
+    return [dict(row._mapping) for row in session.execute(stmt)], True
+
+
+def _extreme_steps(
+    session: Session, job_id: str, kind: str, after_step: int | None, lo: int, width: int
+) -> set[int]:
+    """Steps holding each bucket's lowest and highest loss, in one pass over the rows.
+
+    PostgreSQL compares arrays, so min/max of [loss, step] carry the step along. SQLite
+    returns a bare column from the row that a lone min() or max() picked, so it takes two
+    grouped passes.
+    """
+    value = Metric.val_loss if kind == "val" else Metric.loss
+    bucket = (Metric.step - lo) // width
+    where = [Metric.job_id == job_id, Metric.kind == kind, value.is_not(None)]
+    if after_step is not None:
+        where.append(Metric.step > after_step)
+    if session.get_bind().dialect.name == "postgresql":
+        pair = postgresql.array([value, cast(Metric.step, Float)])
+        stmt = select(func.min(pair), func.max(pair)).where(*where).group_by(bucket)
+        return {int(p[1]) for row in session.execute(stmt) for p in row}
+    steps: set[int] = set()
+    for extreme in (func.min, func.max):
+        stmt = select(Metric.step, extreme(value)).where(*where).group_by(bucket)
+        steps.update(step for step, _ in session.execute(stmt))
+    return steps

@@ -1,0 +1,237 @@
+"""The database tables: SQLAlchemy 2 declarative models shared by the API and the worker.
+
+One `Base` holds every table tuneyard keeps: projects and their API keys, jobs (the request,
+the normalized recipe and plan, lease and attempt for the worker), the job's event history,
+metric samples (unique per job/kind/step so ingestion can upsert), log lines, checkpoints and
+workers. Types work on PostgreSQL (JSONB, BIGINT identities, timestamptz) and SQLite (JSON
+text, INTEGER rowids); every timestamp is timezone-aware UTC in Python on both. Only
+`jobs.states.transition` writes `Job.status`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+JOB_STATUSES = (
+    "queued",
+    "starting",
+    "running",
+    "cancelling",
+    "cancelled",
+    "pausing",
+    "paused",
+    "retrying",
+    "succeeded",
+    "failed",
+)
+API_KEY_ROLES = ("admin", "submit", "read")
+
+# Stable constraint names: Alembic can drop them on both backends (SQLite batch mode too).
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid); PostgreSQL gets BIGINT.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_job_id() -> str:
+    return str(uuid.uuid4())
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamptz that always comes back aware in UTC (SQLite forgets the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column; use datetime.now(UTC)")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSONType}
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Project(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+    __table_args__ = (CheckConstraint(_in("role", API_KEY_ROLES), name="role"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    role: Mapped[str] = mapped_column(String(16))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        CheckConstraint(_in("status", JOB_STATUSES), name="status"),
+        UniqueConstraint("project_id", "idempotency_key", name="uq_jobs_project_idempotency"),
+        Index("ix_jobs_project_created", "project_id", "created_at", "id"),
+        Index("ix_jobs_project_status_created", "project_id", "status", "created_at"),
+        Index("ix_jobs_status_lease", "status", "lease_expires_at"),
+        Index("ix_jobs_status_dispatched", "status", "dispatched_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_job_id)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    recipe: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    plan: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    resources: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    queue: Mapped[str] = mapped_column(String(32), default="cpu")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), default=None)
+    request_hash: Mapped[str | None] = mapped_column(String(64), default=None)
+    lease_owner: Mapped[str | None] = mapped_column(String(255), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+    error_message: Mapped[str | None] = mapped_column(Text, default=None)
+    run_dir: Mapped[str | None] = mapped_column(Text, default=None)
+    dispatched_at: Mapped[datetime | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class JobEvent(Base):
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    kind: Mapped[str] = mapped_column(String(32))
+    from_status: Mapped[str | None] = mapped_column(String(16), default=None)
+    to_status: Mapped[str | None] = mapped_column(String(16), default=None)
+    message: Mapped[str] = mapped_column(Text, default="")
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Metric(Base):
+    """One MetricsSample line; the worker upserts on (job_id, kind, step)."""
+
+    __tablename__ = "metrics"
+    __table_args__ = (UniqueConstraint("job_id", "kind", "step", name="uq_metrics_job_kind_step"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    kind: Mapped[str] = mapped_column(String(16))
+    step: Mapped[int] = mapped_column(Integer)
+    epoch: Mapped[int | None] = mapped_column(Integer, default=None)
+    loss: Mapped[float | None] = mapped_column(Float, default=None)
+    val_loss: Mapped[float | None] = mapped_column(Float, default=None)
+    grad_norm: Mapped[float | None] = mapped_column(Float, default=None)
+    lr: Mapped[float | None] = mapped_column(Float, default=None)
+    mem: Mapped[float | None] = mapped_column(Float, default=None)
+    tps: Mapped[float | None] = mapped_column(Float, default=None)
+    tps_per_rank: Mapped[float | None] = mapped_column(Float, default=None)
+    mfu: Mapped[float | None] = mapped_column(Float, default=None)
+    num_tokens: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    timestamp: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class JobLog(Base):
+    """A line (or chunk) of a job's stdout/stderr; `seq` set makes re-ingestion a no-op."""
+
+    __tablename__ = "job_logs"
+    __table_args__ = (
+        Index("ix_job_logs_job_id_id", "job_id", "id"),
+        UniqueConstraint("job_id", "attempt", "stream", "seq", name="uq_job_logs_line"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    stream: Mapped[str] = mapped_column(String(16), default="stdout")
+    seq: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoints"
+    __table_args__ = (UniqueConstraint("job_id", "step", name="uq_checkpoints_job_step"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    step: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(Text)
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Worker(Base):
+    __tablename__ = "workers"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    queue: Mapped[str] = mapped_column(String(32))
+    resources: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    status: Mapped[str] = mapped_column(String(16), default="online")
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_heartbeat: Mapped[datetime] = mapped_column(default=utcnow)

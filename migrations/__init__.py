@@ -1,0 +1,1 @@
+"""Alembic migrations for the tuneyard database (PostgreSQL and SQLite)."""

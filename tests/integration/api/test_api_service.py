@@ -1,0 +1,94 @@
+"""Health, readiness, Prometheus metrics, the model registry, key creation, auth-off mode."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi.testclient import TestClient
+
+from api.main import create_app
+
+
+def test_healthz(client) -> None:
+    assert client.get("/healthz").json() == {"status": "ok", "checks": {}}
+
+
+def test_readyz_checks_database_and_redis(client) -> None:
+    answer = client.get("/readyz")
+    assert answer.status_code == 200
+    assert answer.json()["checks"] == {"database": "ok", "broker": "ok"}
+
+
+def test_readyz_is_503_when_the_broker_is_down(stack) -> None:
+    settings = stack.settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/1"})
+    with TestClient(create_app(settings)) as client:
+        answer = client.get("/readyz")
+    assert answer.status_code == 503
+    assert answer.json()["checks"]["broker"].startswith("unreachable")
+
+
+def test_readyz_is_503_when_the_database_is_down(stack, tmp_path) -> None:
+    url = "postgresql+psycopg://postgres@127.0.0.1:1/nowhere"
+    settings = stack.settings.model_copy(update={"database_url": url})
+    with TestClient(create_app(settings)) as client:
+        answer = client.get("/readyz")
+        assert answer.status_code == 503
+        assert answer.json()["checks"]["database"].startswith("unreachable")
+        assert "tuneyard_database_up 0" in client.get("/metrics").text
+
+
+def test_readyz_embedded_broker(stack, tmp_path) -> None:
+    settings = stack.settings.model_copy(update={"broker_url": None, "home": tmp_path})
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/readyz").json()["checks"]["broker"] == "ok"
+
+
+def test_prometheus_text(client, stack, body) -> None:
+    client.post("/v1/jobs", json=body, headers=stack.headers())
+    client.get("/v1/jobs", headers=stack.headers("read"))
+    text = client.get("/metrics").text
+    assert 'tuneyard_http_requests_total{method="POST",route="/v1/jobs",status="201"}' in text
+    assert (
+        'tuneyard_http_request_duration_seconds_bucket{method="GET",route="/v1/jobs",le="+Inf"}'
+        in text
+    )
+    assert "# TYPE tuneyard_jobs gauge" in text and 'tuneyard_jobs{state="queued"}' in text
+    assert 'tuneyard_queue_depth{queue="cpu"}' in text
+    assert 'tuneyard_broker_messages{queue="cpu"}' in text
+
+
+def test_models_lists_the_registry(client, stack) -> None:
+    data = client.get("/v1/models", headers=stack.headers("read")).json()["data"]
+    llama = next(m for m in data if m["architecture"] == "LlamaForCausalLM")
+    assert llama["capabilities"]["supports_tp"] is True and llama["family"] == "llama"
+    assert client.get("/v1/models").status_code == 401
+
+
+def test_admin_creates_keys_for_its_project(client, stack, body) -> None:
+    answer = client.post("/v1/keys", json={"role": "read"}, headers=stack.headers("admin"))
+    assert answer.status_code == 201
+    created = answer.json()
+    assert created["project"] == stack.project and created["key"].startswith(created["prefix"])
+    new_key = {"Authorization": f"Bearer {created['key']}"}
+    assert client.get("/v1/jobs", headers=new_key).status_code == 200
+    assert client.post("/v1/jobs", json=body, headers=new_key).status_code == 403
+    bad = client.post("/v1/keys", json={"role": "root"}, headers=stack.headers("admin"))
+    assert bad.status_code == 422 and bad.json()["errors"][0]["loc"] == "role"
+
+
+def test_auth_off_uses_the_default_project_and_says_so(stack, body, caplog) -> None:
+    settings = stack.settings.model_copy(update={"auth": "off"})
+    with caplog.at_level(logging.WARNING, "tuneyard.api"), TestClient(create_app(settings)) as c:
+        answer = c.post("/v1/jobs", json=body)
+        assert answer.status_code == 201 and answer.json()["project"] == "default"
+        assert c.get(f"/v1/jobs/{answer.json()['id']}").status_code == 200
+    assert any("TUNEYARD_AUTH=off" in r.message for r in caplog.records)
+
+
+def test_openapi_documents_every_route(client) -> None:
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/jobs", "/v1/jobs:validate", "/v1/jobs/{job_id}/metrics/stream", "/readyz",
+            "/v1/models", "/metrics"} <= set(spec["paths"])  # fmt: skip
+    post = spec["paths"]["/v1/jobs"]["post"]
+    assert {"200", "201", "401", "403", "409", "422"} <= set(post["responses"])
+    assert "HTTPBearer" in spec["components"]["securitySchemes"]

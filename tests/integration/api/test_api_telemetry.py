@@ -1,0 +1,148 @@
+"""Metrics (cursor, downsampling), the SSE stream, logs and checkpoints of a job."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from sqlalchemy import insert
+
+from jobs.states import transition
+from jobs.tables import Checkpoint, JobLog, Metric
+
+
+def new_job(client, stack, body) -> str:
+    return client.post("/v1/jobs", json=body, headers=stack.headers()).json()["id"]
+
+
+def add_metrics(stack, job_id: str, steps: range, kind: str = "train") -> None:
+    rows = [{"job_id": job_id, "attempt": 1, "kind": kind, "step": s, "epoch": 0,
+             "loss": 2 + math.sin(s / 7.0) if kind == "train" else None,
+             "val_loss": 1.5 if kind == "val" else None, "lr": 1e-3, "timestamp": float(s)}
+            for s in steps]  # fmt: skip
+    with stack.session() as s:
+        s.execute(insert(Metric), rows)
+        s.commit()
+
+
+def finish(stack, job_id: str) -> None:
+    with stack.session() as s:
+        transition(s, job_id, "starting", reason="test", lease_owner="w")
+        transition(s, job_id, "running", reason="test")
+        transition(s, job_id, "succeeded", reason="test")
+        s.commit()
+
+
+def test_metrics_ascending_with_cursor(client, stack, body) -> None:
+    job_id = new_job(client, stack, body)
+    add_metrics(stack, job_id, range(1, 51))
+    add_metrics(stack, job_id, range(10, 51, 10), "val")
+    url, headers = f"/v1/jobs/{job_id}/metrics", stack.headers("read")
+    page = client.get(url, params={"limit": 20}, headers=headers).json()
+    assert [r["step"] for r in page["data"]] == list(range(1, 21))
+    assert page["next_after_step"] == 20 and page["downsampled"] is False
+    rest = client.get(url, params={"after_step": 20}, headers=headers).json()
+    assert [r["step"] for r in rest["data"]] == list(range(21, 51))
+    empty = client.get(url, params={"after_step": 50}, headers=headers).json()
+    assert empty["data"] == [] and empty["next_after_step"] == 50
+    val = client.get(url, params={"kind": "val"}, headers=headers).json()
+    assert [r["val_loss"] for r in val["data"]] == [1.5] * 5
+    job = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
+    assert job["latest_metrics"]["step"] == 50
+
+
+def test_max_points_keeps_bucket_extremes_and_the_last_step(client, stack, body) -> None:
+    job_id = new_job(client, stack, body)
+    add_metrics(stack, job_id, range(1, 2001))
+    url, headers = f"/v1/jobs/{job_id}/metrics", stack.headers("read")
+    page = client.get(url, params={"max_points": 101}, headers=headers).json()
+    steps = [r["step"] for r in page["data"]]
+    assert page["downsampled"] and len(steps) <= 101 and steps == sorted(steps)
+    assert steps[-1] == 2000
+    losses = [2 + math.sin(s / 7.0) for s in range(1, 2001)]
+    got = {r["step"]: r["loss"] for r in page["data"]}
+    assert min(got.values()) == pytest.approx(min(losses))  # the global extremes survive
+    assert max(got.values()) == pytest.approx(max(losses))
+    width = math.ceil(2000 / 50)
+    for b in range(50):  # each bucket keeps its own minimum and maximum
+        bucket = range(1 + b * width, min(2001, 1 + (b + 1) * width))
+        low = min(bucket, key=lambda s: (losses[s - 1], s))
+        high = min(bucket, key=lambda s: (-losses[s - 1], s))
+        assert low in got and high in got
+    tail = client.get(url, params={"max_points": 2}, headers=headers).json()
+    assert [r["step"] for r in tail["data"]] == [1999, 2000]
+    small = client.get(url, params={"max_points": 5000}, headers=headers).json()
+    assert not small["downsampled"] and len(small["data"]) == 2000
+
+
+def test_stream_sends_every_record_then_ends_and_resumes(client, stack, body) -> None:
+    job_id = new_job(client, stack, body)
+    add_metrics(stack, job_id, range(1, 6))
+    add_metrics(stack, job_id, [5], "val")
+    finish(stack, job_id)
+    url, headers = f"/v1/jobs/{job_id}/metrics/stream", stack.headers("read")
+    with client.stream("GET", url, headers=headers) as answer:
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        events = parse_sse("".join(answer.iter_text()))
+    metrics = [e for e in events if e["event"] == "metric"]
+    assert [(e["data"]["kind"], e["data"]["step"]) for e in metrics] == [
+        ("train", 1),
+        ("train", 2),
+        ("train", 3),
+        ("train", 4),
+        ("train", 5),
+        ("val", 5),
+    ]
+    assert events[-1]["event"] == "end" and events[-1]["data"]["status"] == "succeeded"
+    resume_from = metrics[2]["id"]
+    with client.stream("GET", url, headers={**headers, "Last-Event-ID": resume_from}) as answer:
+        again = parse_sse("".join(answer.iter_text()))
+    assert [e["data"]["step"] for e in again if e["event"] == "metric"] == [4, 5, 5]
+    train_only = parse_sse(client.get(url, params={"kind": "train"}, headers=headers).text)
+    assert {e["data"]["kind"] for e in train_only if e["event"] == "metric"} == {"train"}
+
+
+def parse_sse(text: str) -> list[dict]:
+    import json
+
+    events = []
+    for block in text.split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in block.splitlines() if not line.startswith(":")
+        )
+        if fields:
+            events.append({"id": fields.get("id"), "event": fields["event"],
+                           "data": json.loads(fields["data"])})  # fmt: skip
+    return events
+
+
+def test_logs_with_cursor_and_follow(client, stack, body) -> None:
+    job_id = new_job(client, stack, body)
+    with stack.session() as s:
+        s.execute(insert(JobLog), [{"job_id": job_id, "attempt": 1, "stream": "stdout",
+                                    "seq": i, "text": f"line {i}"} for i in range(5)])  # fmt: skip
+        s.commit()
+    url, headers = f"/v1/jobs/{job_id}/logs", stack.headers("read")
+    first = client.get(url, params={"limit": 3}, headers=headers).json()
+    assert [line["text"] for line in first["lines"]] == ["line 0", "line 1", "line 2"]
+    rest = client.get(url, params={"after": first["next_after"]}, headers=headers).json()
+    assert [line["text"] for line in rest["lines"]] == ["line 3", "line 4"]
+    finish(stack, job_id)
+    followed = parse_sse(client.get(url, params={"follow": True}, headers=headers).text)
+    assert [e["data"]["text"] for e in followed if e["event"] == "log"] == [
+        f"line {i}" for i in range(5)
+    ]
+    assert followed[-1]["event"] == "end"
+
+
+def test_checkpoints_listed_by_step(client, stack, body) -> None:
+    job_id = new_job(client, stack, body)
+    with stack.session() as s:
+        for step in (20, 10):
+            s.add(Checkpoint(job_id=job_id, attempt=1, step=step, path=f"/runs/step_{step}",
+                             size_bytes=1024, metrics={"loss": 1.0 / step}))  # fmt: skip
+        s.commit()
+    answer = client.get(f"/v1/jobs/{job_id}/checkpoints", headers=stack.headers("read"))
+    data = answer.json()["data"]
+    assert [c["step"] for c in data] == [10, 20] and data[0]["metrics"] == {"loss": 0.1}
+    assert data[1]["path"] == "/runs/step_20" and data[1]["size_bytes"] == 1024

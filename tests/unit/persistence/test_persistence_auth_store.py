@@ -1,0 +1,75 @@
+"""API keys (only a hash stored) and the store's queries, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import insert, select
+
+from jobs import store
+from jobs.auth import create_api_key, default_principal, hash_key, verify_key
+from jobs.tables import ApiKey, Metric
+
+
+def test_only_the_hash_is_stored_and_roles_rank(session) -> None:
+    project = f"p-{uuid.uuid4().hex[:6]}"
+    key, raw = create_api_key(session, project, "submit")
+    session.commit()
+    stored = session.scalar(select(ApiKey).where(ApiKey.id == key.id))
+    assert stored.key_hash == hash_key(raw) and raw not in stored.key_hash
+    assert raw.startswith(stored.prefix) and len(raw) > 40
+    principal = verify_key(session, raw)
+    assert principal.can("read") and principal.can("submit") and not principal.can("admin")
+    assert verify_key(session, raw + "x") is None and verify_key(session, "nope") is None
+    with pytest.raises(ValueError, match="did you mean 'admin'"):
+        create_api_key(session, project, "admn")
+
+
+def test_default_principal_is_admin_of_default(session) -> None:
+    first, second = default_principal(session), default_principal(session)
+    assert first.role == "admin" and first.project_name == "default"
+    assert first.project_id == second.project_id
+
+
+def _job(session, project) -> str:
+    job, _ = store.create_job(session, project.id, store.NewJob(
+        name="j", spec={}, recipe={}, plan={}, resources={}, queue="cpu"))  # fmt: skip
+    return job.id
+
+
+def _metrics(session, job_id: str, rows: list[dict]) -> None:
+    session.execute(insert(Metric), [{"job_id": job_id, "attempt": 1, **r} for r in rows])
+    session.commit()
+
+
+def test_downsampling_val_kind_after_cursor_and_null_losses(session, project) -> None:
+    job_id = _job(session, project)
+    rows = [{"kind": "val", "step": s, "val_loss": float(s % 9)} for s in range(1, 301)]
+    rows += [{"kind": "train", "step": s, "loss": None} for s in range(1, 301)]
+    _metrics(session, job_id, rows)
+    got, downsampled = store.metrics_downsampled(session, job_id, "val", 100, 21)
+    steps = [r["step"] for r in got]
+    assert downsampled and len(steps) <= 21 and steps[0] > 100 and steps[-1] == 300
+    assert {r["val_loss"] for r in got} >= {0.0, 8.0}
+    nulls, _ = store.metrics_downsampled(session, job_id, "train", None, 11)
+    assert [r["step"] for r in nulls] == [300]  # no loss to rank: only the last step
+    none, downsampled = store.metrics_downsampled(session, str(uuid.uuid4()), "train", None, 10)
+    assert none == [] and not downsampled
+
+
+def test_create_job_replays_and_conflicts(session, project) -> None:
+    new = store.NewJob(name="j", spec={"a": 1}, recipe={}, plan={}, resources={}, queue="cpu",
+                       idempotency_key="k1", request_hash=store.request_hash({"a": 1}))  # fmt: skip
+    first, created = store.create_job(session, project.id, new)
+    again, created_again = store.create_job(session, project.id, new)
+    assert created and not created_again and again.id == first.id
+    new.request_hash = store.request_hash({"a": 2})
+    with pytest.raises(store.IdempotencyConflict):
+        store.create_job(session, project.id, new)
+
+
+def test_cursor_rejects_forgeries() -> None:
+    for bad in ("", "zzz", "W10", "WyIyMDI2LTAxLTAxIiwgIngiXQ"):
+        with pytest.raises(ValueError):
+            store.decode_cursor(bad)
