@@ -18,7 +18,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_TOPICS = ("cli.validate_cmd", "cli.server_cmds", "cli.worker_cmds")
+_TOPICS = (
+    "cli.validate_cmd",
+    "cli.server_cmds",
+    "cli.worker_cmds",
+    "cli.client_cmds",
+    "cli.local_cmds",
+)
 
 for _name in _TOPICS:
     try:

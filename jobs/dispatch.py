@@ -40,7 +40,10 @@ def celery_config(broker_url: str) -> dict[str, Any]:
         "task_serializer": "json",
         "accept_content": ["json"],
         "broker_connection_retry_on_startup": True,
-        "broker_transport_options": {"visibility_timeout": 3600},
+        # kombu's SQLAlchemy transport hands these to create_engine, so Redis only
+        "broker_transport_options": (
+            {"visibility_timeout": 3600} if broker_url.startswith("redis") else {}
+        ),
         "task_default_queue": "cpu",
         "task_create_missing_queues": True,
         "worker_hijack_root_logger": False,
@@ -79,21 +82,11 @@ def broker_reachable(settings: Settings | None = None, timeout: float = 2.0) -> 
         return False
 
 
-def queue_lengths(queues: tuple[str, ...] = DEFAULT_QUEUES, settings: Settings | None = None) -> dict[str, int]:
-    """Messages waiting per queue (for /metrics and the reconciler); -1 when unknown."""
+def queue_lengths(
+    queues: tuple[str, ...] = DEFAULT_QUEUES, settings: Settings | None = None
+) -> dict[str, int]:
+    """Messages waiting in each queue (for /metrics and the reconciler)."""
     app = _client(broker_url_for(settings))
-    lengths: dict[str, int] = {}
     with app.connection_for_read() as conn:
         channel = conn.default_channel
-        for name in queues:
-            try:
-                lengths[name] = channel.queue_declare(queue=name, passive=True).message_count
-            except Exception:  # queue not declared yet: nothing waits in it
-                lengths[name] = 0 if _is_missing_queue_error() else -1
-                conn = app.connection_for_read()
-                channel = conn.default_channel
-    return lengths
-
-
-def _is_missing_queue_error() -> bool:
-    return True
+        return {name: channel.queue_declare(queue=name).message_count for name in queues}

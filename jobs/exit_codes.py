@@ -22,10 +22,16 @@ class ExitCode(IntEnum):
     PREEMPTED = 75  # SIGTERM: finished the step, saved a checkpoint, exited (EX_TEMPFAIL)
 
 
-USER_ERRORS = frozenset({
-    ExitCode.INVALID_RECIPE, ExitCode.DATA_ERROR, ExitCode.NAN_LOSS,
-    ExitCode.OUT_OF_MEMORY, ExitCode.CHECKPOINT_ERROR, ExitCode.UNSUPPORTED,
-})
+USER_ERRORS = frozenset(
+    {
+        ExitCode.INVALID_RECIPE,
+        ExitCode.DATA_ERROR,
+        ExitCode.NAN_LOSS,
+        ExitCode.OUT_OF_MEMORY,
+        ExitCode.CHECKPOINT_ERROR,
+        ExitCode.UNSUPPORTED,
+    }
+)
 
 FAILURE_CODES = {
     ExitCode.CRASH: "crash",

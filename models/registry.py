@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class TieSupport(str, Enum):
+class TieSupport(StrEnum):
     BOTH = "both"
     TIED_ONLY = "tied_only"
     UNTIED_ONLY = "untied_only"
@@ -59,15 +59,40 @@ def register(entry: ArchEntry, *, replace: bool = False) -> None:
     _REGISTRY[entry.architecture] = entry
 
 
+_MOE_NO_TP = ModelCapabilities(supports_tp=False, supports_ep=False)
+
 for _entry in (
     ArchEntry("LlamaForCausalLM", "models.llama.model", "LlamaForCausalLM", _DENSE_TP,
               TieSupport.BOTH, "llama", config_model_types=("llama",)),
-):
+    ArchEntry("Qwen2ForCausalLM", "models.qwen2.model", "Qwen2ForCausalLM", _DENSE_TP,
+              TieSupport.BOTH, "qwen2", notes="no sliding-window layers",
+              config_model_types=("qwen2",)),
+    ArchEntry("Qwen3ForCausalLM", "models.qwen3.model", "Qwen3ForCausalLM", _DENSE_TP,
+              TieSupport.BOTH, "qwen3", notes="no sliding-window layers",
+              config_model_types=("qwen3",)),
+    ArchEntry("Qwen3MoeForCausalLM", "models.qwen3_moe.model", "Qwen3MoeForCausalLM",
+              _MOE_NO_TP, TieSupport.UNTIED_ONLY, "qwen3_moe",
+              notes="no TP/EP plan yet (experts replicated per rank, FSDP shards them)",
+              config_model_types=("qwen3_moe",)),
+):  # fmt: skip
     register(_entry)
 
 
 def get_entry(architecture: str) -> ArchEntry | None:
     return _REGISTRY.get(architecture)
+
+
+def entry_for_model_type(model_type: str) -> ArchEntry | None:
+    """The row whose config `model_type` matches (configs built without `architectures`)."""
+    for entry in _REGISTRY.values():
+        if model_type in entry.config_model_types:
+            return entry
+    return None
+
+
+def load_class(entry: ArchEntry) -> type:
+    """Import the row's implementation class (raises what the import raises)."""
+    return getattr(importlib.import_module(entry.module), entry.class_name)
 
 
 def registered_architectures() -> list[ArchEntry]:

@@ -17,8 +17,16 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>", "<|user|>", "<|assistant|>", "<|system|>",
-                  "<|end|>"]
+SPECIAL_TOKENS = [
+    "<pad>",
+    "<s>",
+    "</s>",
+    "<unk>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|system|>",
+    "<|end|>",
+]
 
 
 def instruction_pairs(n: int, seed: int = 0) -> list[dict[str, str]]:
@@ -48,8 +56,11 @@ def write_squad_dir(directory: Path, n: int = 64, seed: int = 0) -> Path:
         for i in range(count):
             city = rng.choice(["Paris", "Lima", "Oslo", "Quito", "Accra", "Hanoi"])
             ctx = f"Item {i} was made in {city}."
-            qa = {"id": f"{split}-{i}", "question": f"Where was item {i} made?",
-                  "answers": [{"text": city, "answer_start": ctx.index(city)}]}
+            qa = {
+                "id": f"{split}-{i}",
+                "question": f"Where was item {i} made?",
+                "answers": [{"text": city, "answer_start": ctx.index(city)}],
+            }
             paragraphs.append({"context": ctx, "qas": [qa]})
         doc = {"version": "1.1", "data": [{"title": split, "paragraphs": paragraphs}]}
         (directory / f"{split}.json").write_text(json.dumps(doc))
@@ -65,11 +76,19 @@ def build_tokenizer(directory: Path, vocab_size: int = 512, corpus: list[str] | 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                   pad_token="<pad>", unk_token="<unk>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+    )
     fast.chat_template = CHAT_TEMPLATE
     directory.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(directory)
@@ -79,10 +98,19 @@ def build_tokenizer(directory: Path, vocab_size: int = 512, corpus: list[str] | 
 def tiny_llama_config(vocab_size: int = 512, **overrides):
     from transformers import LlamaConfig
 
-    kwargs = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
-                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  max_position_embeddings=256, tie_word_embeddings=False,
-                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    kwargs = dict(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     kwargs.update(overrides)
     return LlamaConfig(**kwargs)
 

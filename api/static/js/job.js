@@ -1,0 +1,219 @@
+// Job page (/jobs/{id}): state, live charts fed by the metrics cursor, events drawn on the
+// loss chart, checkpoints, log tail, and cancel / pause / resume.
+
+import { api, ApiError, itemsOf } from "./api.js";
+import { formatNumber, LineChart } from "./chart.js";
+import { bytes, clock, esc, every, flash, stateBadge, TERMINAL } from "./util.js";
+
+const MAX_POINTS = 800; // history is fetched downsampled to this; live points are appended
+const CHARTS = [
+  ["loss", "Loss (train and validation)"], ["lr", "Learning rate"], ["grad_norm", "Gradient norm"],
+  ["tps", "Tokens / s"], ["mfu", "MFU"],
+];
+const MARKER_STYLE = {
+  checkpoint: ["#1f9d55", "ckpt"], resumed: ["#9b51e0", "resume"], retrying: ["#c98a0b", "retry"],
+  preempted: ["#c98a0b", "preempt"], failed: ["#d64545", "failed"], paused: ["#7d8597", "pause"],
+};
+
+export function renderJob(view, jobId) {
+  view.innerHTML = skeleton(jobId);
+  const charts = Object.fromEntries(CHARTS.map(([key]) =>
+    [key, new LineChart(view.querySelector(`#chart-${key}`), { emptyText: "Waiting for metrics…" })]));
+  const state = { job: null, train: [], val: [], trainCursor: null, valCursor: null,
+    events: [], checkpoints: [], logCursor: 0, logLines: [] };
+
+  const pollMetrics = async () => {
+    const grew = (await pull(jobId, "train", state)) | (await pull(jobId, "val", state));
+    if (grew) drawCharts(charts, state);
+  };
+  const pollJob = async () => {
+    state.job = await api(`/v1/jobs/${jobId}`);
+    drawHeader(view, state.job);
+    const [events, checkpoints] = await Promise.all([
+      api(`/v1/jobs/${jobId}/events`).then(itemsOf).catch(() => state.events),
+      api(`/v1/jobs/${jobId}/checkpoints`).then(itemsOf).catch(() => state.checkpoints),
+    ]);
+    state.events = events;
+    state.checkpoints = checkpoints;
+    drawEvents(view, events);
+    drawCheckpoints(view, checkpoints);
+    drawCharts(charts, state);
+  };
+  const pollLogs = async () => {
+    const body = await api(`/v1/jobs/${jobId}/logs`, { query: { after: state.logCursor } });
+    if (!body.lines.length) return;
+    state.logCursor = body.next_after ?? state.logCursor;
+    state.logLines = state.logLines.concat(body.lines.map((line) => line.text)).slice(-400);
+    const pre = view.querySelector("#log");
+    const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
+    pre.textContent = state.logLines.join("\n");
+    if (atBottom) pre.scrollTop = pre.scrollHeight;
+  };
+
+  view.querySelector("#actions").addEventListener("click", (event) => {
+    const verb = event.target.dataset.action;
+    if (verb) act(jobId, verb, view).then(pollJob);
+  });
+  const stops = [
+    every(2000, async () => {
+      if (state.job && TERMINAL.has(state.job.status) && state.finalDrawn) return;
+      await pollJob();
+      await pollMetrics();
+      if (state.job && TERMINAL.has(state.job.status)) state.finalDrawn = true;
+    }),
+    every(3000, pollLogs),
+  ];
+  return () => stops.forEach((stop) => stop());
+}
+
+function skeleton(jobId) {
+  const charts = CHARTS.map(([key, title]) => `
+    <div class="panel ${key === "loss" ? "wide" : ""}"><h2>${title}</h2><div id="chart-${key}" data-metric="${key}"></div></div>`).join("");
+  return `
+    <div class="panel">
+      <div class="row"><div><h1 id="job-name">${esc(jobId)}</h1>
+        <div class="muted mono">${esc(jobId)}</div></div>
+        <span id="job-state"></span><span class="spacer"></span>
+        <div id="actions" class="row">
+          <button data-action="pause" id="btn-pause">Pause</button>
+          <button data-action="resume" id="btn-resume">Resume</button>
+          <button data-action="cancel" id="btn-cancel" class="danger">Cancel</button>
+        </div></div>
+      <dl class="kv" id="job-details" style="margin-top:12px"></dl>
+    </div>
+    <div class="grid">${charts}
+      <div class="panel"><h2>Events</h2><ul class="timeline" id="events"></ul></div>
+    </div>
+    <div class="panel"><h2>Checkpoints</h2>
+      <table id="checkpoints"><thead><tr><th>Step</th><th>Path</th><th>Size</th><th>Loss</th><th>Saved</th></tr></thead>
+      <tbody></tbody></table></div>
+    <div class="panel"><h2>Log</h2><pre class="log" id="log">No log lines yet.</pre></div>`;
+}
+
+// Fetch new records of one kind after the cursor; re-fetch downsampled when too many pile up.
+async function pull(jobId, kind, state) {
+  const key = kind === "train" ? "train" : "val";
+  const cursorKey = `${key}Cursor`;
+  const query = state[cursorKey] === null ? { kind, max_points: MAX_POINTS } : { kind, after_step: state[cursorKey], limit: 1000 };
+  const records = itemsOf(await api(`/v1/jobs/${jobId}/metrics`, { query }));
+  if (!records.length) return false;
+  state[key] = state[cursorKey] === null ? records : state[key].concat(records);
+  state[cursorKey] = records[records.length - 1].step;
+  if (state[key].length > 2 * MAX_POINTS) state[cursorKey] = null; // next poll re-downsamples
+  return true;
+}
+
+function series(records, field, label, extra = {}) {
+  return { label, ...extra,
+    points: records.filter((r) => r[field] !== null && r[field] !== undefined).map((r) => ({ x: r.step, y: r[field] })) };
+}
+
+// A debiased exponential moving average (as TensorBoard draws it): a noisy loss still shows
+// its trend, without the plain EMA's lag behind the first steps.
+function smoothed(raw, label, weight = 0.9) {
+  let avg = 0;
+  const points = raw.points.map((p, i) => {
+    avg = weight * avg + (1 - weight) * p.y;
+    return { x: p.x, y: avg / (1 - weight ** (i + 1)) };
+  });
+  return { label, points, color: raw.color };
+}
+
+function drawCharts(charts, state) {
+  const markers = eventMarkers(state);
+  const loss = series(state.train, "loss", "train loss (raw)", { color: "#2f6fde", faint: true });
+  charts.loss.update([loss, smoothed(loss, "train loss (smoothed)"),
+    series(state.val, "val_loss", "val loss", { color: "#e07b39", dots: true })], markers);
+  charts.lr.update([series(state.train, "lr", "lr")], markers.filter((m) => m.kind !== "checkpoint"));
+  charts.grad_norm.update([series(state.train, "grad_norm", "grad norm")]);
+  charts.tps.update([series(state.train, "tps", "tokens/s")]);
+  charts.mfu.update([series(state.train, "mfu", "mfu")]);
+}
+
+// Markers for the loss chart: checkpoints at their step; state events at the step reached then.
+function eventMarkers(state) {
+  const markers = state.checkpoints.map((c) => ({ x: c.step, kind: "checkpoint", label: `checkpoint ${c.path || ""}` }));
+  for (const e of state.events) {
+    const kind = markerKind(e);
+    if (!kind || kind === "checkpoint") continue;
+    const step = e.step ?? e.data?.step ?? stepAt(state.train, e.created_at ?? e.timestamp);
+    if (step !== null && step !== undefined) markers.push({ x: step, kind, label: e.message || kind });
+  }
+  return markers.map((m) => ({ ...m, color: MARKER_STYLE[m.kind][0], short: MARKER_STYLE[m.kind][1] }));
+}
+
+function markerKind(e) {
+  const kind = e.data?.event || e.kind || e.event || "";
+  if (kind.includes("checkpoint")) return "checkpoint";
+  if (kind === "resumed") return "resumed";
+  if (kind === "preempted") return "preempted";
+  if (e.to_status === "retrying" || kind === "retrying") return "retrying";
+  if (e.to_status === "failed" || kind === "failed") return "failed";
+  if (e.to_status === "paused") return "paused";
+  return null;
+}
+
+function stepAt(train, when) {
+  if (!when || !train.length) return null;
+  const t = typeof when === "number" ? when : new Date(when).getTime() / 1000;
+  let step = null;
+  for (const r of train) if (r.timestamp && r.timestamp <= t) step = r.step;
+  return step;
+}
+
+function drawHeader(view, job) {
+  view.querySelector("#job-name").textContent = job.name || job.id;
+  view.querySelector("#job-state").innerHTML = stateBadge(job.status);
+  const s = job.status;
+  const allowed = job.actions || [
+    ...(TERMINAL.has(s) || s === "cancelling" ? [] : ["cancel"]),
+    ...(["queued", "starting", "running", "retrying"].includes(s) ? ["pause"] : []),
+    ...(s === "paused" ? ["resume"] : []),
+  ];
+  for (const verb of ["cancel", "pause", "resume"]) view.querySelector(`#btn-${verb}`).disabled = !allowed.includes(verb);
+  const plan = job.plan || {};
+  const res = job.resources || {};
+  const rows = [
+    ["Attempt", `${job.attempt ?? 0} of ${job.max_attempts ?? "?"}`],
+    ["Steps", plan.max_steps ?? "?"],
+    ["Resources", `${res.nnodes ?? 1} node × ${res.nproc_per_node ?? 1} ${res.accelerator ?? ""}`],
+    ["Created", job.created_at ? new Date(job.created_at).toLocaleString() : ""],
+    ["Labels", Object.entries(job.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "–"],
+  ];
+  if (job.error_code || job.error_message) rows.push(["Error", `${job.error_code || ""}: ${job.error_message || ""}`]);
+  view.querySelector("#job-details").innerHTML = rows.map(([k, v]) =>
+    `<dt>${esc(k)}</dt><dd ${k === "Error" ? 'class="field-error" id="job-error"' : ""}>${esc(v)}</dd>`).join("");
+}
+
+function drawEvents(view, events) {
+  const list = view.querySelector("#events");
+  list.innerHTML = events.length ? events.slice().reverse().map((e) => {
+    const what = e.to_status ? `${e.from_status || "–"} → ${e.to_status}` : (e.data?.event || e.kind || "");
+    const step = e.step ?? e.data?.step;
+    return `<li data-kind="${esc(e.data?.event || e.kind || "")}"><time>${esc(clock(e.created_at ?? e.timestamp))}</time>
+      <strong>${esc(what)}</strong>${step !== undefined && step !== null ? ` <span class="muted">step ${esc(step)}</span>` : ""}
+      ${e.message ? ` <span class="muted">${esc(e.message)}</span>` : ""}</li>`;
+  }).join("") : `<li class="muted">No events yet.</li>`;
+}
+
+function drawCheckpoints(view, checkpoints) {
+  const tbody = view.querySelector("#checkpoints tbody");
+  tbody.innerHTML = checkpoints.length ? checkpoints.map((c) => `<tr>
+    <td class="num">${esc(c.step)}</td><td class="mono">${esc(c.path)}</td>
+    <td class="num">${esc(bytes(c.size_bytes))}</td>
+    <td class="num">${esc(formatNumber(c.metrics?.loss ?? c.metrics?.val_loss))}</td>
+    <td>${esc(clock(c.created_at))}</td></tr>`).join("")
+    : `<tr><td colspan="5" class="muted">No checkpoints yet.</td></tr>`;
+}
+
+async function act(jobId, verb, view) {
+  try {
+    const job = await api(`/v1/jobs/${jobId}/${verb}`, { method: "POST" });
+    flash(`${verb} requested: job is now ${job.status}`, "info");
+  } catch (err) {
+    if (!(err instanceof ApiError)) throw err;
+    const current = err.body?.error?.current_status || err.body?.current_status;
+    flash(err.status === 409 ? `Cannot ${verb}: the job is ${current || "in another state"}. ${err.message}` : err.message);
+  }
+  view.querySelector(`#btn-${verb}`).blur();
+}

@@ -1,0 +1,46 @@
+"""`tuneyard worker` and `tuneyard scheduler`: start a Celery worker or the reconciler loop.
+
+Both read `TUNEYARD_*` settings (database, broker; `TUNEYARD_WORKER_*` for timings). The
+worker runs jobs in a thread pool (`--concurrency` jobs at once) so each job's supervisor
+lives as long as its torchrun, which dies with the worker (parent-death signal).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import typer
+
+
+def worker(
+    queues: str = typer.Option("cpu", "--queues", "-Q", help="comma-separated: cpu, gpu-1, gpu-8"),
+    name: str = typer.Option("", "--name", help="worker name (default: host-pid)"),
+    concurrency: int = typer.Option(1, "--concurrency", "-c", min=1, help="jobs at once"),
+    loglevel: str = typer.Option("INFO", "--loglevel"),
+) -> None:
+    """Run a worker that claims and runs jobs from the given queues."""
+    os.environ["TUNEYARD_WORKER_QUEUES"] = queues
+    if name:
+        os.environ["TUNEYARD_WORKER_NAME"] = name
+    from worker.celery_app import app as celery_app
+    from worker.state import worker_state
+
+    state = worker_state()
+    argv = ["worker", "-Q", queues, "-c", str(concurrency), "--pool", "threads",
+            "-n", f"{state.name}@%h", "--loglevel", loglevel, "--without-mingle",
+            "--without-gossip", "--without-heartbeat"]  # fmt: skip
+    celery_app.worker_main(argv)
+
+
+def scheduler(loglevel: str = typer.Option("INFO", "--loglevel")) -> None:
+    """Run the reconciler: expired leases, lost queue messages, stale workers."""
+    logging.basicConfig(level=loglevel, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from worker.reconciler import run_forever
+
+    run_forever()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("worker")(worker)
+    app.command("scheduler")(scheduler)

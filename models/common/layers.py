@@ -1,0 +1,222 @@
+"""Shared decoder building blocks for the Llama-style families (Llama, Qwen2, Qwen3, Qwen3-MoE).
+
+One attention, one SwiGLU MLP, one RMSNorm and one decoder stack, switched by config:
+`attention_bias` (Qwen2's q/k/v bias), `qk_norm` (Qwen3's per-head RMSNorm on q and k), and
+an MLP factory (the MoE family swaps in its sparse block). Module and parameter names are
+the Hugging Face ones, so dense checkpoints load without renaming and the trainer's
+hooks (`models.hooks`) shard native and Hugging Face models with one plan. Attention uses
+`scaled_dot_product_attention` and takes its local head count from the projection's
+output, so colwise-sharded q/k/v (tensor parallelism) work unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.common.rope import RotaryEmbedding, apply_rotary, head_dim_of
+
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": F.silu,
+    "swish": F.silu,
+    "gelu": F.gelu,
+    "relu": F.relu,
+}
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm computed in fp32, scaled by a learned weight (as Llama does)."""
+
+    def __init__(self, size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.variance_epsilon = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * x.to(dtype)
+
+
+class SwiGLUMLP(nn.Module):
+    """down(act(gate(x)) * up(x))."""
+
+    def __init__(self, hidden: int, intermediate: int, act: str = "silu", bias: bool = False):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
+        self.act_fn = _ACTIVATIONS[act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Attention(nn.Module):
+    """Grouped-query attention with RoPE; optional q/k/v bias and per-head q/k RMSNorm."""
+
+    def __init__(self, config: Any, qk_norm: bool = False, qkv_bias: bool | None = None):
+        super().__init__()
+        self.head_dim = head_dim_of(config)
+        heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+        bias = bool(getattr(config, "attention_bias", False)) if qkv_bias is None else qkv_bias
+        out_bias = bool(getattr(config, "attention_bias", False))
+        hidden = config.hidden_size
+        self.q_proj = nn.Linear(hidden, heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(heads * self.head_dim, hidden, bias=out_bias)
+        self.scaling = self.head_dim**-0.5
+        self.dropout = float(getattr(config, "attention_dropout", 0.0) or 0.0)
+        if qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        batch, seq = hidden_states.shape[:2]
+        shape = (batch, seq, -1, self.head_dim)  # -1: local heads under tensor parallelism
+        q = self.q_proj(hidden_states).view(shape)
+        k = self.k_proj(hidden_states).view(shape)
+        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rotary(q.transpose(1, 2), k.transpose(1, 2), *position_embeddings)
+        groups = q.shape[1] // k.shape[1]
+        if groups > 1 and attention_mask is not None:  # masked GQA kernels fall back to math
+            k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
+        out = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=attention_mask,
+            is_causal=attention_mask is None,
+            dropout_p=self.dropout if self.training else 0.0,
+            scale=self.scaling,
+            enable_gqa=groups > 1 and attention_mask is None,
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    batch, heads, seq, dim = x.shape
+    return x[:, :, None].expand(batch, heads, groups, seq, dim).reshape(batch, -1, seq, dim)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(
+        self, config: Any, mlp: nn.Module, qk_norm: bool = False, qkv_bias: bool | None = None
+    ) -> None:
+        super().__init__()
+        self.self_attn = Attention(config, qk_norm=qk_norm, qkv_bias=qkv_bias)
+        self.mlp = mlp
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        attn = self.self_attn(
+            hidden_states=self.input_layernorm(hidden_states),
+            position_embeddings=position_embeddings,
+            attention_mask=attention_mask,
+        )
+        hidden_states = hidden_states + attn
+        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+
+
+def dense_mlp(config: Any, layer_idx: int) -> nn.Module:
+    return SwiGLUMLP(
+        config.hidden_size,
+        config.intermediate_size,
+        config.hidden_act,
+        bias=bool(getattr(config, "mlp_bias", False)),
+    )
+
+
+class DecoderModel(nn.Module):
+    """Embeddings, decoder layers and the final norm: the `model.` part of the state dict."""
+
+    def __init__(
+        self,
+        config: Any,
+        mlp_factory: Callable[[Any, int], nn.Module] = dense_mlp,
+        qk_norm: bool = False,
+        qkv_bias: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, mlp_factory(config, i), qk_norm=qk_norm, qkv_bias=qkv_bias)
+            for i in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(config)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("give exactly one of input_ids or inputs_embeds")
+        hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        batch, seq = hidden.shape[:2]
+        mask = build_attention_mask(attention_mask, position_ids, batch, seq, hidden.device)
+        if position_ids is None:
+            position_ids = torch.arange(seq, device=hidden.device).unsqueeze(0).expand(batch, -1)
+        position_embeddings = self.rotary_emb(hidden, position_ids)
+        for layer in self.layers:
+            hidden = layer(hidden, position_embeddings=position_embeddings, attention_mask=mask)
+        return self.norm(hidden)
+
+
+def build_attention_mask(
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    batch: int,
+    seq: int,
+    device: torch.device,
+) -> torch.Tensor | None:
+    """A boolean (batch, 1, q, k) mask, or None when plain causal attention is exact.
+
+    Padding comes from `attention_mask` (1 = token, 0 = pad). Packed rows are detected from
+    caller-given `position_ids` restarting at 0: each packed sample attends only to itself.
+    Inspecting the inputs syncs with the host; calls without either return None at once,
+    so compiled training on unpadded batches has no graph break here.
+    """
+    if attention_mask is None and position_ids is None:
+        return None
+    packed = position_ids is not None and seq > 1 and bool((position_ids[:, 1:] == 0).any())
+    if packed:
+        packed = bool((position_ids[:, 0] == 0).all())
+    has_padding = attention_mask is not None and not bool(attention_mask.all())
+    if not packed and not has_padding:
+        return None
+    causal = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
+    mask = causal[None, None].expand(batch, 1, seq, seq)
+    if packed:
+        document = (position_ids == 0).cumsum(dim=1)
+        mask = mask & (document[:, None, :, None] == document[:, None, None, :])
+    if has_padding:
+        mask = mask & attention_mask.bool()[:, None, None, :]
+    # A fully masked row (a pad query) would give NaN; let it attend to itself.
+    return mask | torch.eye(seq, dtype=torch.bool, device=device)[None, None]

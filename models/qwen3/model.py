@@ -1,0 +1,28 @@
+"""Native `Qwen3ForCausalLM`: the Llama stack with per-head RMSNorm on q and k before RoPE.
+
+`head_dim` is explicit in Qwen3 configs (128, not hidden/heads). Sliding-window layers are
+not implemented natively; such configs load with Hugging Face. Tied embeddings: both
+(Qwen3 0.6B-4B are tied, 8B and up untied).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from models.common.causal_lm import NativeCausalLM
+from models.common.layers import DecoderModel
+from models.common.tie import reject_unsupported_tie_word_embeddings
+from models.registry import ModelCapabilities, TieSupport
+
+
+class Qwen3ForCausalLM(NativeCausalLM):
+    architecture = "Qwen3ForCausalLM"
+    tie_word_embeddings_support = TieSupport.BOTH
+    capabilities = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
+
+    def __init__(self, config: Any) -> None:
+        reject_unsupported_tie_word_embeddings(type(self), config)
+        super().__init__(config, DecoderModel(config, qk_norm=True))
+
+
+ModelClass = Qwen3ForCausalLM

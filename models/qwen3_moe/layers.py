@@ -1,0 +1,132 @@
+"""Qwen3-MoE sparse block: an fp32 softmax top-k router and grouped routed experts.
+
+Native layout keeps each projection of all experts in one tensor, indexed by expert id:
+`experts.gate_proj` and `experts.up_proj` are (num_experts, moe_intermediate, hidden),
+`experts.down_proj` is (num_experts, hidden, moe_intermediate) -- the Hugging Face
+per-expert `nn.Linear` weights stacked in expert order, with no transposes (see
+`state_dict_adapter.py`). The router (`gate`) computes in fp32 whatever the model dtype,
+and is listed in `_keep_in_fp32_modules_strict` so its weight stays fp32 too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.common.layers import _ACTIVATIONS
+
+
+class TopKRouter(nn.Module):
+    """Softmax over experts in fp32, keep the top k, optionally renormalise them to sum 1."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.norm_topk_prob = bool(config.norm_topk_prob)
+        self.weight = nn.Parameter(torch.zeros(config.num_experts, config.hidden_size))
+
+    def init_weights(self, std: float) -> None:
+        self.weight.normal_(0.0, std)
+
+    def forward(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """flat (tokens, hidden) -> (router logits fp32, top-k weights, top-k expert ids)."""
+        logits = F.linear(flat.float(), self.weight.float())
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float)
+        weights, experts = torch.topk(probs, self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return logits, weights.to(flat.dtype), experts
+
+
+class GroupedExperts(nn.Module):
+    """All routed experts' SwiGLU weights as three (num_experts, out, in) tensors."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        experts, hidden = config.num_experts, config.hidden_size
+        inter = config.moe_intermediate_size
+        self.num_experts = experts
+        self.gate_proj = nn.Parameter(torch.empty(experts, inter, hidden))
+        self.up_proj = nn.Parameter(torch.empty(experts, inter, hidden))
+        self.down_proj = nn.Parameter(torch.empty(experts, hidden, inter))
+        self.act_fn = _ACTIVATIONS[config.hidden_act]
+
+    def init_weights(self, std: float) -> None:
+        for weight in (self.gate_proj, self.up_proj, self.down_proj):
+            weight.normal_(0.0, std)
+
+    def forward(
+        self, flat: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor
+    ) -> torch.Tensor:
+        """Tokens sorted by expert, one matmul chain per expert, weighted sum back per token."""
+        top_k = experts.shape[-1]
+        order = experts.reshape(-1).argsort(stable=True)
+        token_of = order // top_k
+        counts = torch.bincount(experts.reshape(-1), minlength=self.num_experts).tolist()
+        outputs = []
+        for expert, chunk in enumerate(flat[token_of].split(counts)):
+            if chunk.shape[0] == 0:
+                continue
+            hidden = self.act_fn(chunk @ self.gate_proj[expert].T) * (
+                chunk @ self.up_proj[expert].T
+            )
+            outputs.append(hidden @ self.down_proj[expert].T)
+        if not outputs:
+            return torch.zeros_like(flat)
+        routed = torch.cat(outputs) * weights.reshape(-1)[order, None]
+        return torch.zeros_like(flat).index_add_(0, token_of, routed.to(flat.dtype))
+
+
+class SparseMoeBlock(nn.Module):
+    """Router + routed experts (Qwen3-MoE has no shared expert).
+
+    With `record_router_logits` set, the last forward's router logits stay on
+    `router_logits` for the load-balancing loss (read and cleared by the model).
+    """
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.gate = TopKRouter(config)
+        self.experts = GroupedExperts(config)
+        self.record_router_logits = bool(getattr(config, "output_router_logits", False))
+        self.router_logits: torch.Tensor | None = None
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        shape = hidden_states.shape
+        flat = hidden_states.reshape(-1, shape[-1])
+        logits, weights, experts = self.gate(flat)
+        if self.record_router_logits:
+            self.router_logits = logits
+        return self.experts(flat, weights, experts).reshape(shape)
+
+
+def load_balancing_loss(
+    router_logits: list[torch.Tensor],
+    num_experts: int,
+    top_k: int,
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Switch-Transformer auxiliary loss (eqs. 4-6), summed over layers as transformers does:
+    num_experts * sum_e(fraction of routed slots to e * mean router probability of e),
+    counting only non-padding tokens when a mask is given."""
+    device = router_logits[0].device
+    tokens_per_expert = torch.zeros(num_experts, dtype=torch.float32, device=device)
+    prob_per_expert = torch.zeros(num_experts, dtype=torch.float32, device=device)
+    rows = 0.0
+    mask = None if attention_mask is None else attention_mask.reshape(-1).to(device, torch.float32)
+    for logits in router_logits:
+        probs = torch.softmax(logits.float(), dim=-1)
+        chosen = torch.topk(probs, top_k, dim=-1).indices.reshape(-1)
+        weight = (
+            torch.ones_like(chosen, dtype=torch.float32)
+            if mask is None
+            else (mask.repeat_interleave(top_k))
+        )
+        tokens_per_expert = tokens_per_expert.scatter_add(0, chosen, weight)
+        masked = probs if mask is None else probs * mask.unsqueeze(-1)
+        prob_per_expert = prob_per_expert + masked.sum(dim=0)
+        rows = rows + (probs.shape[0] if mask is None else mask.sum())
+    return num_experts * torch.sum((tokens_per_expert / rows) * (prob_per_expert / rows))

@@ -1,0 +1,77 @@
+"""Native `Qwen3MoeForCausalLM`: Qwen3 attention (q/k norm) with sparse MoE MLPs.
+
+Layer i is sparse when it is not in `mlp_only_layers` and (i + 1) % `decoder_sparse_step`
+== 0; other layers use the dense SwiGLU MLP. The router stays fp32
+(`_keep_in_fp32_modules_strict`). Weights convert through `Qwen3MoeStateDictAdapter`.
+With `output_router_logits: true` the loss adds `router_aux_loss_coef` x the Switch
+load-balancing loss, as transformers does. Sliding-window layers are not native (Hugging
+Face is used). Every released Qwen3-MoE checkpoint is untied,
+so the class is UNTIED_ONLY.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import MoeCausalLMOutputWithPast
+
+from models.common.causal_lm import NativeCausalLM
+from models.common.layers import DecoderModel, dense_mlp
+from models.common.tie import reject_unsupported_tie_word_embeddings
+from models.qwen3_moe.layers import SparseMoeBlock, load_balancing_loss
+from models.qwen3_moe.state_dict_adapter import Qwen3MoeStateDictAdapter
+from models.registry import ModelCapabilities, TieSupport
+
+
+def is_sparse_layer(config: Any, layer_idx: int) -> bool:
+    step = getattr(config, "decoder_sparse_step", 1) or 1
+    return (
+        layer_idx not in (getattr(config, "mlp_only_layers", None) or [])
+        and config.num_experts > 0
+        and (layer_idx + 1) % step == 0
+    )
+
+
+def moe_mlp(config: Any, layer_idx: int) -> nn.Module:
+    return SparseMoeBlock(config) if is_sparse_layer(config, layer_idx) else dense_mlp(config, 0)
+
+
+class Qwen3MoeForCausalLM(NativeCausalLM):
+    architecture = "Qwen3MoeForCausalLM"
+    tie_word_embeddings_support = TieSupport.UNTIED_ONLY
+    _tied_weights_keys: dict[str, str] = {}
+    _keep_in_fp32_modules_strict = ["mlp.gate"]
+    state_dict_adapter = Qwen3MoeStateDictAdapter
+
+    def __init__(self, config: Any) -> None:
+        reject_unsupported_tie_word_embeddings(type(self), config)
+        super().__init__(config, DecoderModel(config, mlp_factory=moe_mlp, qk_norm=True))
+
+    @classmethod
+    def get_capabilities(cls, config: Any) -> ModelCapabilities:
+        """Sparse variants: FSDP and LoRA only; a config without sparse layers is a dense
+        Qwen3 stack, which the Llama-style TP plan shards."""
+        dense = not any(is_sparse_layer(config, i) for i in range(config.num_hidden_layers))
+        return ModelCapabilities(supports_tp=dense, supports_sequence_parallel=dense)
+
+    def _output(
+        self, loss: torch.Tensor | None, logits: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> MoeCausalLMOutputWithPast:
+        """Adds the load-balancing loss (x router_aux_loss_coef) when output_router_logits."""
+        blocks = [m for m in self.modules() if isinstance(m, SparseMoeBlock)]
+        recorded = [b.router_logits for b in blocks if b.router_logits is not None]
+        for block in blocks:
+            block.router_logits = None
+        aux = None
+        if self.config.output_router_logits and recorded:
+            aux = load_balancing_loss(
+                recorded, self.config.num_experts, self.config.num_experts_per_tok, attention_mask
+            )
+            if loss is not None:
+                loss = loss + self.config.router_aux_loss_coef * aux
+        return MoeCausalLMOutputWithPast(loss=loss, aux_loss=aux, logits=logits)
+
+
+ModelClass = Qwen3MoeForCausalLM

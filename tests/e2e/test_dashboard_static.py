@@ -1,0 +1,77 @@
+"""The dashboard's files and routes, checked without a browser (runs where Chromium is absent).
+
+Every page route returns the single-page shell, every asset it names is served, every ES
+module import resolves to a shipped file, the scripts parse (when `node` exists), and nothing
+is fetched from another origin (the dashboard works offline).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.dashboard import PAGE_ROUTES, STATIC_DIR
+
+MODULES = sorted((STATIC_DIR / "js").glob("*.js"))
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory) -> TestClient:
+    from api.main import create_app
+    from jobs.settings import Settings
+
+    home = tmp_path_factory.mktemp("home")
+    return TestClient(create_app(Settings(home=home, auth="on")))
+
+
+@pytest.mark.parametrize("path", [r.replace("{job_id}", "3f2c-any") for r in PAGE_ROUTES])
+def test_every_page_route_serves_the_app_shell(client, path):
+    response = client.get(path)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    assert '<script type="module" src="/static/js/app.js">' in response.text
+
+
+def test_assets_named_by_the_shell_are_served(client):
+    shell = client.get("/").text
+    for asset in re.findall(r'(?:src|href)="(/static/[^"]+)"', shell):
+        response = client.get(asset)
+        assert response.status_code == 200, asset
+    assert (
+        client.get("/static/js/app.js")
+        .headers["content-type"]
+        .startswith(("application/javascript", "text/javascript"))
+    )
+
+
+def test_dashboard_routes_stay_out_of_the_api_schema(client):
+    paths = client.get("/openapi.json").json()["paths"]
+    assert not {"/", "/login", "/submit", "/compare", "/jobs/{job_id}"} & set(paths)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda p: p.name)
+def test_module_imports_resolve_and_nothing_loads_from_the_network(module):
+    text = module.read_text()
+    for target in re.findall(r'from "(\.[^"]+)"', text):
+        assert (module.parent / target).resolve().exists(), f"{module.name} imports {target}"
+    assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", text), "no remote URLs"
+
+
+def test_stylesheet_and_shell_load_nothing_remote():
+    for path in (STATIC_DIR / "index.html", STATIC_DIR / "app.css"):
+        assert not re.search(r"https?://", path.read_text()), path.name
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="node is not installed")
+@pytest.mark.parametrize("module", MODULES, ids=lambda p: p.name)
+def test_module_parses(module: Path):
+    result = subprocess.run(
+        ["node", "--experimental-default-type=module", "--check", str(module)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,224 @@
+"""Launching the trainer for tests: recipes, `python -m trainer` / torchrun runs, results.
+
+Runs are real subprocesses (torchrun with 2 gloo ranks where the test needs distribution).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass
+class Assets:
+    root: Path
+    model: Path
+    train: Path
+    val: Path
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    returncode: int
+    output: str
+
+    def records(self, kind: str = "train") -> list[dict[str, Any]]:
+        lines = (self.run_dir / "metrics.jsonl").read_text().splitlines()
+        return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+    def events(self) -> list[dict[str, Any]]:
+        path = self.run_dir / "events.jsonl"
+        return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+    def latest(self) -> Path:
+        root = self.run_dir / "checkpoints"
+        return root / (root / "LATEST").read_text().strip()
+
+
+def base_recipe(assets: Assets, **sections: Any) -> dict[str, Any]:
+    recipe: dict[str, Any] = {
+        "step_scheduler": {
+            "max_steps": 30,
+            "num_epochs": 2,
+            "grad_accumulation_steps": 2,
+            "val_check_interval": 10,
+            "checkpoint_interval": 10,
+        },
+        "rng": {"seed": 7},
+        "model": {
+            "_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
+            "pretrained_model_name_or_path": str(assets.model),
+            "dtype": "float32",
+        },
+        "distributed": {"strategy": "ddp"},
+        "dataset": {
+            "_target_": "tuneyard.datasets.JsonlInstructionDataset",
+            "path": str(assets.train),
+            "max_seq_length": 64,
+        },
+        "validation_dataset": {
+            "_target_": "tuneyard.datasets.JsonlInstructionDataset",
+            "path": str(assets.val),
+        },
+        "dataloader": {"batch_size": 4},
+        "optimizer": {"_target_": "torch.optim.AdamW", "lr": 3.0e-3, "weight_decay": 0.01},
+        "lr_scheduler": {
+            "_target_": "tuneyard.schedulers.CosineAnnealingWarmup",
+            "warmup_steps": 3,
+            "min_lr": 1.0e-4,
+        },
+        "clip_grad_norm": {"max_norm": 1.0},
+    }
+    for name, value in sections.items():
+        if isinstance(value, dict) and isinstance(recipe.get(name), dict):
+            recipe[name] = {**recipe[name], **value}
+        else:
+            recipe[name] = value
+    return recipe
+
+
+def trainer_env(assets: Assets) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "OMP_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "TUNEYARD_DATA_ROOTS": str(assets.root),
+            "TUNEYARD_CHECKPOINT_ROOTS": str(assets.root),
+            "PYTHONPATH": f"{REPO}{os.pathsep}{env.get('PYTHONPATH', '')}",
+        }
+    )
+    return env
+
+
+def trainer_command(recipe_path: Path, run_dir: Path, nproc: int, overrides=()) -> list[str]:
+    launcher = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+        if nproc > 1
+        else [sys.executable]
+    )
+    return [
+        *launcher,
+        "-m",
+        "trainer",
+        "--recipe",
+        str(recipe_path),
+        "--run-dir",
+        str(run_dir),
+        *overrides,
+    ]
+
+
+def write_recipe(assets: Assets, name: str, recipe: dict[str, Any]) -> Path:
+    path = assets.root / "recipes" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def launch(
+    assets: Assets,
+    name: str,
+    recipe: dict[str, Any],
+    nproc: int = 1,
+    run_dir: Path | None = None,
+    overrides=(),
+    timeout: float = 240,
+) -> RunResult:
+    recipe_path = write_recipe(assets, name, recipe)
+    run_dir = run_dir or assets.root / "runs" / name
+    proc = subprocess.run(
+        trainer_command(recipe_path, run_dir, nproc, overrides),
+        cwd=REPO,
+        env=trainer_env(assets),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return RunResult(run_dir, proc.returncode, proc.stdout + proc.stderr)
+
+
+def launch_until(
+    assets: Assets,
+    name: str,
+    recipe: dict[str, Any],
+    nproc: int,
+    run_dir: Path,
+    step: int,
+    sig: int,
+    timeout: float = 240,
+) -> RunResult:
+    """Start a run, wait until metrics.jsonl has a train record for `step`, send `sig`."""
+    recipe_path = write_recipe(assets, name, recipe)
+    proc = subprocess.Popen(
+        trainer_command(recipe_path, run_dir, nproc),
+        cwd=REPO,
+        env=trainer_env(assets),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and any(
+            json.loads(x).get("step", 0) >= step and json.loads(x)["kind"] == "train"
+            for x in metrics.read_text().splitlines()
+            if x.strip()
+        ):
+            break
+        time.sleep(0.05)
+    if sig == signal.SIGKILL:  # every rank at once, as a node failure would
+        import psutil
+
+        tree = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    else:
+        proc.send_signal(sig)
+    output, _ = proc.communicate(timeout=timeout)
+    return RunResult(run_dir, proc.returncode, output)
+
+
+def build_assets(root: Path) -> Assets:
+    from trainer.assets import build_tiny_llama, write_instruction_jsonl
+
+    # attention dropout makes exact resume depend on restoring every rank's RNG stream
+    model = build_tiny_llama(root / "tiny-llama", attention_dropout=0.1)
+    train = write_instruction_jsonl(root / "data" / "train.jsonl", 256, seed=0)
+    val = write_instruction_jsonl(root / "data" / "val.jsonl", 32, seed=1)
+    return Assets(root, model, train, val)
+
+
+STRATEGIES = {
+    "ddp": {"strategy": "ddp"},
+    "fsdp2": {"strategy": "fsdp2", "activation_checkpointing": True},
+    "tp2": {"strategy": "fsdp2", "tp_size": 2, "sequence_parallel": True},
+}
+_shared_runs: dict[str, RunResult] = {}
+
+
+def strategy_recipe(assets: Assets, name: str) -> dict[str, Any]:
+    return base_recipe(assets, distributed=STRATEGIES[name], checkpoint={"keep_last": 2})
+
+
+def strategy_run(assets: Assets, name: str) -> RunResult:
+    """The 30-step, 2-rank run for one strategy, launched once per session."""
+    if name not in _shared_runs:
+        recipe = strategy_recipe(assets, name)
+        _shared_runs[name] = launch(assets, f"parallel-{name}", recipe, nproc=2)
+    return _shared_runs[name]

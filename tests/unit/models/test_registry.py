@@ -1,0 +1,74 @@
+"""The registry table agrees with the classes it names, reports import failures, stays torch-free."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from tiny_model_configs import make_config
+
+from models import registry
+from models.registry import ArchEntry, ModelCapabilities, TieSupport
+
+FAMILY_CONFIG = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+                 "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe"}  # fmt: skip
+
+
+def test_every_row_imports():
+    assert registry.import_failures() == {}
+    assert {e.architecture for e in registry.registered_architectures()} >= set(FAMILY_CONFIG)
+
+
+@pytest.mark.parametrize("architecture", sorted(FAMILY_CONFIG))
+def test_class_agrees_with_its_row(architecture):
+    entry = registry.get_entry(architecture)
+    cls = registry.load_class(entry)
+    assert cls.architecture == architecture
+    assert cls.tie_word_embeddings_support is entry.tie_support
+    static = "capabilities" in vars(cls)
+    dynamic = "get_capabilities" in vars(cls)
+    assert static != dynamic, "declare static capabilities xor get_capabilities(config)"
+    config = make_config(FAMILY_CONFIG[architecture])
+    declared = cls.capabilities if static else cls.get_capabilities(config)
+    assert declared == entry.capabilities
+    assert not entry.capabilities.supports_pp and not entry.capabilities.supports_cp
+    assert entry.family in cls.__module__ and entry.config_model_types == (config.model_type,)
+
+
+def test_moe_capabilities_follow_the_variant():
+    from models.qwen3_moe.model import Qwen3MoeForCausalLM
+
+    all_dense = make_config("qwen3_moe", mlp_only_layers=[0, 1])
+    assert Qwen3MoeForCausalLM.get_capabilities(all_dense).supports_tp
+    assert not Qwen3MoeForCausalLM.get_capabilities(make_config("qwen3_moe")).supports_tp
+
+
+def test_unknown_architecture_gets_data_parallel_only():
+    caps = registry.capabilities_for("GPT2LMHeadModel")
+    assert caps == registry.HF_FALLBACK_CAPABILITIES and not caps.supports_tp
+    assert registry.capabilities_for(None) == registry.HF_FALLBACK_CAPABILITIES
+
+
+def test_broken_plugin_row_is_reported_not_dropped():
+    entry = ArchEntry(
+        "BrokenForCausalLM",
+        "models.no_such_module",
+        "Broken",
+        ModelCapabilities(),
+        TieSupport.BOTH,
+        "broken",
+    )
+    registry.register(entry)
+    try:
+        assert "ModuleNotFoundError" in registry.import_failures()["BrokenForCausalLM"]
+        with pytest.raises(ValueError, match="already registered"):
+            registry.register(entry)
+    finally:
+        registry._REGISTRY.pop("BrokenForCausalLM")
+
+
+def test_registry_imports_without_torch():
+    code = "import sys, models.registry; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,132 @@
+"""Checkpoint files: the streaming safetensors writer, consolidation, atomic publishing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from jobs.exit_codes import ExitCode
+from trainer.checkpoint import consolidate
+from trainer.checkpoint.manager import STATE_FILE, CheckpointManager, is_complete
+from trainer.checkpoint.safetensors_io import SafetensorsFileWriter, TensorEntry, plan_shards
+from trainer.errors import TrainerError
+
+
+def test_streamed_file_is_what_safetensors_reads(tmp_path: Path) -> None:
+    tensors = {
+        "a": torch.randn(3, 5),
+        "b": torch.arange(7, dtype=torch.int64),
+        "c": torch.randn(2, 2).to(torch.bfloat16),
+        "d": torch.tensor(1.5),
+    }
+    entries = [TensorEntry(k, v.dtype, tuple(v.shape)) for k, v in tensors.items()]
+    writer = SafetensorsFileWriter(tmp_path / "x.safetensors", entries, {"format": "pt"})
+    for name, tensor in tensors.items():
+        writer.write(name, tensor)
+    writer.close()
+    loaded = load_file(str(tmp_path / "x.safetensors"))
+    for name, tensor in tensors.items():
+        assert torch.equal(loaded[name], tensor)
+
+
+def test_writer_refuses_out_of_order_tensors(tmp_path: Path) -> None:
+    entries = [TensorEntry("a", torch.float32, (2,)), TensorEntry("b", torch.float32, (2,))]
+    writer = SafetensorsFileWriter(tmp_path / "x.safetensors", entries, {})
+    with pytest.raises(RuntimeError, match="expected a"):
+        writer.write("b", torch.zeros(2))
+
+
+def test_shards_split_by_size() -> None:
+    entries = [TensorEntry(str(i), torch.float32, (256,)) for i in range(5)]  # 1 KiB each
+    assert [len(s) for s in plan_shards(entries, 2048)] == [2, 2, 1]
+
+
+def _tiny_model(tiny_dir: Path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_fsdp2_consolidated_checkpoint_gives_the_same_logits(
+    tiny_dir: Path, tmp_path: Path, single_rank_group, tied: bool
+) -> None:
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    from trainer.assets import tiny_llama_config
+    from trainer.distributed import build_mesh
+    from trainer.parallelize import parallelize
+
+    torch.manual_seed(0)
+    tied_model = LlamaForCausalLM(tiny_llama_config(tie_word_embeddings=True))
+    model = tied_model if tied else _tiny_model(tiny_dir)
+    topology = build_mesh(single_rank_group, {"strategy": "fsdp2"})
+    parallelize(model, topology, {"strategy": "fsdp2"}, torch.device("cpu"), None)
+    ids = torch.randint(0, 512, (2, 9))
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    consolidate.save_consolidated_model(
+        model, tmp_path / "out", is_rank0=True, max_shard_bytes=100_000
+    )
+    index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    assert ("lm_head.weight" in index["weight_map"]) is not tied  # a tied tensor is saved once
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.float32)
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=ids).logits, expected)
+
+
+def test_load_model_weights_refuses_a_mismatched_checkpoint(tiny_dir: Path, tmp_path: Path):
+    from transformers import LlamaForCausalLM
+
+    from trainer.assets import tiny_llama_config
+
+    LlamaForCausalLM(tiny_llama_config(hidden_size=32, intermediate_size=64)).save_pretrained(
+        tmp_path / "other"
+    )
+    with pytest.raises(TrainerError) as info:
+        consolidate.load_model_weights(_tiny_model(tiny_dir), tmp_path / "other")
+    assert info.value.exit_code == ExitCode.CHECKPOINT_ERROR and "shape" in info.value.message
+
+
+def _publish(manager: CheckpointManager, step: int) -> Path:
+    staging = manager.begin(step)
+    (staging / "model").mkdir()
+    return manager.publish(step, {"step": step})
+
+
+def test_publish_moves_latest_and_prunes_but_never_latest(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, is_rank0=True, keep_last=2)
+    for step in (1, 2, 3):
+        final = _publish(manager, step)
+        assert (tmp_path / "checkpoints" / "LATEST").read_text().strip() == final.name
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "LATEST",
+        "step_2",
+        "step_3",
+    ]
+    assert manager.latest() == tmp_path / "checkpoints" / "step_3"
+    assert not list((tmp_path / "checkpoints").glob(".staging_*"))
+
+
+def test_incomplete_and_staging_dirs_are_never_resumed(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, is_rank0=True)
+    _publish(manager, 1)
+    half = manager.begin(2)  # killed mid-save: staging dir left behind
+    (half / STATE_FILE).write_text("{}")
+    assert not is_complete(half)
+    assert manager.resolve(None) == tmp_path / "checkpoints" / "step_1"
+    manager.remove_stale_staging()
+    assert not half.exists()
+    (tmp_path / "checkpoints" / "step_9").mkdir()
+    with pytest.raises(TrainerError, match="not a complete checkpoint"):
+        manager.resolve(str(tmp_path / "checkpoints" / "step_9"))
+    assert manager.resolve(str(tmp_path / "checkpoints")) == tmp_path / "checkpoints" / "step_1"
+
+
+def test_fresh_run_dir_has_nothing_to_resume(tmp_path: Path) -> None:
+    assert CheckpointManager(tmp_path, is_rank0=True).resolve("LATEST") is None

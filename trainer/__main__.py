@@ -1,0 +1,98 @@
+"""Entry point: `[torchrun --nproc_per_node N] python -m trainer --recipe R --run-dir D [overrides]`.
+
+Validates the recipe with the same code as `tuneyard validate` (invalid: errors printed,
+exit 2 before any model is built), joins the process group, sets the run up and trains.
+Every ending maps to an exit code of `jobs.exit_codes` and, on rank 0, to a `failed` or
+`finished`/`preempted` event in `D/events.jsonl`; user errors print one clear line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from jobs.exit_codes import FAILURE_CODES, ExitCode
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="python -m trainer")
+    parser.add_argument("--recipe", required=True, type=Path, help="recipe YAML")
+    parser.add_argument("--run-dir", required=True, type=Path, help="run directory")
+    return parser.parse_known_args(argv)
+
+
+def validated_recipe(recipe_path: Path, overrides: list[str], run_dir: Path) -> dict | None:
+    from jobs.validation import validate_job
+    from trainer.distributed import resources_from_env
+
+    result = validate_job(recipe_path, overrides, resources_from_env())
+    if result.valid and result.recipe is not None:
+        return result.recipe
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"recipe {recipe_path} is invalid:", file=sys.stderr)
+        for error in result.errors:
+            print(f"  {error}", file=sys.stderr)
+        from trainer.metrics import RunLog
+
+        message = "; ".join(str(e) for e in result.errors)
+        record_failure(RunLog(run_dir, is_rank0=True), 0, ExitCode.INVALID_RECIPE, message)
+    return None
+
+
+def record_failure(log, step: int, code: ExitCode, message: str) -> None:
+    """The `failed` event the worker reads (torchrun itself exits 1 on any rank's failure)."""
+    log.event("failed", step, code=FAILURE_CODES[code], exit_code=int(code), message=message)
+    log.close()
+
+
+def run(recipe: dict, run_dir: Path) -> int:
+    import torch
+
+    from trainer import distributed
+    from trainer.errors import TrainerError
+    from trainer.finetune import train
+    from trainer.metrics import RunLog
+    from trainer.setup import setup_run
+
+    minutes = (recipe.get("dist_env") or {}).get("timeout_minutes") or 10
+    env = distributed.init_distributed(timeout_s=int(minutes) * 60)
+    log = RunLog(run_dir, env.is_rank0)
+    training = None
+    try:
+        distributed.check_backend(env, recipe.get("dist_env"))
+        training = setup_run(recipe, run_dir, env)
+        code = train(training, log)
+        log.close()
+        return int(code)
+    except TrainerError as exc:
+        code, message = exc.exit_code, exc.message
+    except torch.OutOfMemoryError as exc:
+        code, message = ExitCode.OUT_OF_MEMORY, f"out of memory: {str(exc)[:300]}"
+    except Exception as exc:  # noqa: BLE001 - a crash: keep the traceback, exit CRASH
+        traceback.print_exc()
+        code, message = ExitCode.CRASH, f"{type(exc).__name__}: {exc}"
+    record_failure(log, training.step if training is not None else 0, code, message)
+    if env.is_rank0 or code == ExitCode.CRASH:
+        print(f"[rank {env.rank}] error: {message}", file=sys.stderr, flush=True)
+    return int(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    args.run_dir.mkdir(parents=True, exist_ok=True)
+    recipe = validated_recipe(args.recipe, overrides, args.run_dir)
+    if recipe is None:
+        return int(ExitCode.INVALID_RECIPE)
+    try:
+        return run(recipe, args.run_dir.resolve())
+    finally:
+        from trainer.distributed import shutdown
+
+        shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

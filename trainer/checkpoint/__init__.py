@@ -1,0 +1,1 @@
+"""Checkpoints: consolidated safetensors for the model, DCP for the optimizer, atomic publish."""

@@ -1,0 +1,178 @@
+"""Consolidated Hugging Face checkpoints from a sharded model, one tensor at a time.
+
+`save_consolidated_model` writes `model.safetensors` (or shards plus
+`model.safetensors.index.json`), `config.json` and `generation_config.json`: a directory
+`transformers` loads as is. Every rank walks the state dict in the same order; a DTensor
+is gathered with `full_tensor()` (a collective, so all ranks take part), rank 0 writes its
+bytes and drops it. No rank ever holds a full copy of the model. `save_lora_adapter`
+writes a PEFT adapter (`adapter_model.safetensors` + `adapter_config.json`) the same way,
+gathering only the adapter's tensors. `load_model_weights` copies a consolidated
+checkpoint back into an unsharded model, tensor by tensor.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import _CHECKPOINT_PREFIX
+from torch.distributed.tensor import DTensor
+
+from trainer.checkpoint.safetensors_io import (
+    SafetensorsFileWriter,
+    TensorEntry,
+    iter_safetensors,
+    plan_shards,
+)
+from trainer.errors import checkpoint_error
+
+DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
+_METADATA = {"format": "pt"}
+
+
+def _unique_state(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """State dict entries with tied tensors kept once (the first name, as transformers does).
+
+    Ties are read from the module tree (the same Parameter under two names), because a
+    sharded model's `state_dict()` returns fresh DTensor objects for each name.
+    """
+    first_name: dict[int, str] = {}
+    duplicates: set[str] = set()
+    named = [
+        *model.named_parameters(remove_duplicate=False),
+        *model.named_buffers(remove_duplicate=False),
+    ]
+    for name, tensor in named:
+        name = name.replace(_CHECKPOINT_PREFIX, "")
+        if id(tensor) in first_name:
+            duplicates.add(name)
+        else:
+            first_name[id(tensor)] = name
+    return [(n, t) for n, t in model.state_dict().items() if n not in duplicates]
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def _shard_name(index: int, count: int) -> str:
+    if count == 1:
+        return "model.safetensors"
+    return f"model-{index + 1:05d}-of-{count:05d}.safetensors"
+
+
+def save_consolidated_model(
+    model: nn.Module, out_dir: Path, is_rank0: bool, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+) -> None:
+    """Write `model` (plain, DDP-unwrapped, FSDP2 or TP) as a Hugging Face directory."""
+    items = _unique_state(model)
+    entries = [TensorEntry(n, t.dtype, tuple(t.shape)) for n, t in items]
+    shards = plan_shards(entries, max_shard_bytes)
+    tensors = dict(items)
+    weight_map: dict[str, str] = {}
+    if is_rank0:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    for index, shard in enumerate(shards):
+        file_name = _shard_name(index, len(shards))
+        writer = SafetensorsFileWriter(out_dir / file_name, shard, _METADATA) if is_rank0 else None
+        for entry in shard:
+            full = _full(tensors[entry.name])  # every rank joins the gather
+            if writer is not None:
+                writer.write(entry.name, full)
+            weight_map[entry.name] = file_name
+            del full
+        if writer is not None:
+            writer.close()
+    if is_rank0:
+        _write_index(out_dir, shards, weight_map)
+        _write_config(model, out_dir, entries)
+
+
+def _write_index(out_dir: Path, shards: list[list[TensorEntry]], weight_map: dict[str, str]):
+    if len(shards) == 1:
+        return
+    total = sum(e.nbytes for shard in shards for e in shard)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
+
+def _write_config(model: nn.Module, out_dir: Path, entries: list[TensorEntry]) -> None:
+    config = getattr(model, "config", None)
+    if config is None:
+        return
+    float_dtypes = [e.dtype for e in entries if e.dtype.is_floating_point]
+    if float_dtypes:
+        config.dtype = float_dtypes[0]
+    config.save_pretrained(out_dir)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None:
+        generation.save_pretrained(out_dir)
+
+
+def save_lora_adapter(peft_model: nn.Module, out_dir: Path, is_rank0: bool) -> None:
+    """A PEFT adapter dir from a (possibly sharded) PeftModel; gathers adapter tensors only."""
+    from peft import get_peft_model_state_dict
+
+    gathered: dict[str, torch.Tensor] = {}
+    for name, tensor in peft_model.state_dict().items():
+        if "lora_" in name or "modules_to_save" in name:
+            full = _full(tensor)
+            if is_rank0:
+                gathered[name] = full.detach().to("cpu").contiguous()
+    if not is_rank0:
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    adapter = get_peft_model_state_dict(peft_model, state_dict=gathered)
+    save_file(
+        {k: v.contiguous() for k, v in adapter.items()},
+        str(out_dir / "adapter_model.safetensors"),
+        metadata=_METADATA,
+    )
+    peft_model.peft_config["default"].save_pretrained(str(out_dir))
+
+
+def load_model_weights(model: nn.Module, directory: Path) -> None:
+    """Copy a consolidated checkpoint into an unsharded model; any key mismatch is refused."""
+    state = model.state_dict()
+    expected = {name for name, _ in _unique_state(model)}
+    found: set[str] = set()
+    with torch.no_grad():
+        for name, tensor in iter_safetensors(directory):
+            if name not in state:
+                raise checkpoint_error(
+                    f"{directory}: tensor {name} does not exist in the model; "
+                    "the checkpoint is of another model"
+                )
+            if tuple(state[name].shape) != tuple(tensor.shape):
+                raise checkpoint_error(
+                    f"{directory}: {name} has shape {tuple(tensor.shape)}, "
+                    f"the model expects {tuple(state[name].shape)}"
+                )
+            state[name].copy_(tensor)
+            found.add(name)
+    missing = sorted(expected - found)
+    if missing:
+        raise checkpoint_error(
+            f"{directory}: missing {len(missing)} tensors (first: "
+            f"{missing[0]}); the checkpoint is incomplete or of another model"
+        )
+
+
+def load_lora_adapter(peft_model: nn.Module, directory: Path) -> None:
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    file = directory / "adapter_model.safetensors"
+    if not file.is_file():
+        raise checkpoint_error(
+            f"{directory} has no adapter_model.safetensors; it is not a "
+            "LoRA checkpoint (was the run trained without peft?)"
+        )
+    result: Any = set_peft_model_state_dict(peft_model, load_file(str(file)))
+    unexpected = list(getattr(result, "unexpected_keys", []) or [])
+    if unexpected:
+        raise checkpoint_error(f"{file}: adapter tensors {unexpected[:3]} do not fit the model")

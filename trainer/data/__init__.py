@@ -1,0 +1,1 @@
+"""Training data: allowlisted datasets, packing, collation and the resumable sampler."""

@@ -1,0 +1,226 @@
+"""The datasets a recipe's `dataset` / `validation_dataset` sections can name.
+
+Each is a map-style dataset whose items are `{"input_ids": [...], "loss_mask": [...]}`:
+`loss_mask[t]` is 1 when token t is a target (answer, completion, assistant turn or every
+token of plain text). The collator turns this into shifted labels. Files are read from
+local paths only; a missing or malformed file raises `TrainerError(DATA_ERROR)` naming
+the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from trainer.errors import data_error
+
+Sample = dict[str, list[int]]
+
+
+def _existing_file(path: str | Path, what: str) -> Path:
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise data_error(f"{what}: data file {file} does not exist; check the path in the recipe")
+    return file
+
+
+def _read_jsonl(file: Path) -> list[dict[str, Any]]:
+    rows = []
+    for number, line in enumerate(file.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise data_error(f"{file}:{number}: not valid JSON ({exc.msg})") from None
+    return rows
+
+
+def _bos(tokenizer: Any) -> list[int]:
+    return [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+
+
+def _eos(tokenizer: Any) -> list[int]:
+    return [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def join_prompt_and_target(prompt: list[int], target: list[int], max_len: int | None) -> Sample:
+    """Concatenate; when too long, drop prompt tokens from the left so the target survives."""
+    if max_len is not None and len(prompt) + len(target) > max_len:
+        keep = max(0, max_len - len(target))
+        prompt = prompt[len(prompt) - keep :] if keep else []
+        target = target[:max_len]
+    return {"input_ids": prompt + target, "loss_mask": [0] * len(prompt) + [1] * len(target)}
+
+
+def _limit(rows: list[Any], limit: int | None) -> list[Any]:
+    return rows[:limit] if limit is not None else rows
+
+
+class _ListDataset(Dataset):
+    samples: list[Sample]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> Sample:
+        return self.samples[index]
+
+
+class SquadDataset(_ListDataset):
+    """SQuAD v1 JSON (`data[].paragraphs[].qas[]`) or JSONL of {context, question, answers}."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        path_or_dataset: str,
+        split: str = "train",
+        max_seq_length: int | None = None,
+        limit_dataset_samples: int | None = None,
+        tokenizer_name_or_path: str | None = None,
+    ):
+        file = self._find_file(Path(path_or_dataset).expanduser(), split)
+        examples = _limit(self._read_examples(file), limit_dataset_samples)
+        self.samples = [self._tokenize(tokenizer, ex, max_seq_length) for ex in examples]
+
+    @staticmethod
+    def _find_file(path: Path, split: str) -> Path:
+        if path.is_dir():
+            for name in (f"{split}.json", f"{split}.jsonl"):
+                if (path / name).is_file():
+                    return path / name
+            raise data_error(f"dataset: {path} holds no {split}.json or {split}.jsonl")
+        return _existing_file(path, "dataset")
+
+    @staticmethod
+    def _read_examples(file: Path) -> list[dict[str, Any]]:
+        if file.suffix == ".jsonl":
+            rows = _read_jsonl(file)
+        else:
+            try:
+                doc = json.loads(file.read_text())
+            except json.JSONDecodeError as exc:
+                raise data_error(f"{file}: not valid JSON ({exc.msg})") from None
+            rows = [
+                {"context": para["context"], **qa}
+                for article in doc.get("data", [])
+                for para in article.get("paragraphs", [])
+                for qa in para.get("qas", [])
+            ]
+        for number, row in enumerate(rows, start=1):
+            if not row.get("question") or not row.get("answers"):
+                raise data_error(f"{file}: example {number} has no question or no answers")
+        return rows
+
+    @staticmethod
+    def _tokenize(tokenizer: Any, ex: dict[str, Any], max_len: int | None) -> Sample:
+        answers = ex["answers"]
+        answer = answers["text"][0] if isinstance(answers, dict) else answers[0]["text"]
+        prompt = f"Context: {ex.get('context', '')} Question: {ex['question']} Answer:"
+        prompt_ids = _bos(tokenizer) + _encode(tokenizer, prompt)
+        return join_prompt_and_target(
+            prompt_ids, _encode(tokenizer, " " + answer) + _eos(tokenizer), max_len
+        )
+
+
+class JsonlInstructionDataset(_ListDataset):
+    """JSONL rows with prompt/completion fields, or chat `messages` (loss on assistant turns)."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        path: str,
+        max_seq_length: int | None = None,
+        prompt_field: str = "prompt",
+        completion_field: str = "completion",
+        messages_field: str = "messages",
+        limit_dataset_samples: int | None = None,
+        tokenizer_name_or_path: str | None = None,
+    ):
+        file = _existing_file(path, "dataset")
+        rows = _limit(_read_jsonl(file), limit_dataset_samples)
+        self.samples = []
+        for number, row in enumerate(rows, start=1):
+            if messages_field in row:
+                sample = chat_sample(tokenizer, row[messages_field], max_seq_length)
+            elif prompt_field in row and completion_field in row:
+                prompt = _bos(tokenizer) + _encode(tokenizer, str(row[prompt_field]))
+                target = _encode(tokenizer, str(row[completion_field])) + _eos(tokenizer)
+                sample = join_prompt_and_target(prompt, target, max_seq_length)
+            else:
+                raise data_error(
+                    f"{file}:{number}: needs '{prompt_field}' and '{completion_field}' "
+                    f"fields or a '{messages_field}' list"
+                )
+            self.samples.append(sample)
+
+
+def chat_sample(tokenizer: Any, messages: list[dict[str, str]], max_len: int | None) -> Sample:
+    """Render with the chat template turn by turn; loss on what each assistant turn adds."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise data_error("dataset: chat `messages` need a tokenizer with a chat_template")
+    ids: list[int] = []
+    mask: list[int] = []
+    rendered = ""
+    for i, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            prefix = tokenizer.apply_chat_template(
+                messages[:i], tokenize=False, add_generation_prompt=True
+            )
+            if prefix.startswith(rendered):
+                ids += _encode(tokenizer, prefix[len(rendered) :])
+                mask += [0] * (len(ids) - len(mask))
+                rendered = prefix
+        full = tokenizer.apply_chat_template(messages[: i + 1], tokenize=False)
+        piece = _encode(tokenizer, full[len(rendered) :])
+        ids += piece
+        mask += [1 if message.get("role") == "assistant" else 0] * len(piece)
+        rendered = full
+    if max_len is not None:
+        ids, mask = ids[:max_len], mask[:max_len]
+    return {"input_ids": ids, "loss_mask": mask}
+
+
+class TextDataset(_ListDataset):
+    """Plain text (or JSONL with a `text` field) for pre-training: concatenate, then chunk."""
+
+    def __init__(
+        self, tokenizer: Any, path: str, seq_length: int, tokenizer_name_or_path: str | None = None
+    ):
+        file = _existing_file(path, "dataset")
+        if file.suffix == ".jsonl":
+            docs = [str(row.get("text", "")) for row in _read_jsonl(file)]
+        else:
+            docs = file.read_text().split("\n\n")
+        stream: list[int] = []
+        for doc in docs:
+            if doc.strip():
+                stream += _encode(tokenizer, doc) + _eos(tokenizer)
+        chunks = [stream[i : i + seq_length] for i in range(0, len(stream), seq_length)]
+        self.samples = [{"input_ids": c, "loss_mask": [1] * len(c)} for c in chunks if len(c) > 1]
+        if not self.samples:
+            raise data_error(f"{file}: no text to train on")
+
+
+class MockDataset(Dataset):
+    """Random tokens, reproducible per index; for benchmarks (nothing to learn)."""
+
+    def __init__(self, vocab_size: int, seq_length: int, num_samples: int = 1024, seed: int = 0):
+        self.vocab_size, self.seq_length = vocab_size, seq_length
+        self.num_samples, self.seed = num_samples, seed
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, index: int) -> Sample:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        ids = torch.randint(0, self.vocab_size, (self.seq_length,), generator=generator)
+        return {"input_ids": ids.tolist(), "loss_mask": [1] * self.seq_length}

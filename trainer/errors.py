@@ -1,0 +1,30 @@
+"""The trainer's one exception type: a clear message bound to an exit code.
+
+Anything the user can fix (missing data, a tokenizer that does not fit the model, a
+checkpoint of another architecture, a feature this machine cannot run) is raised as a
+`TrainerError`; the entry point prints its message, writes a `failed` event with the
+matching failure code and exits with `exit_code`, never with a traceback.
+"""
+
+from __future__ import annotations
+
+from jobs.exit_codes import ExitCode
+
+
+class TrainerError(Exception):
+    def __init__(self, exit_code: ExitCode, message: str):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.message = message
+
+
+def data_error(message: str) -> TrainerError:
+    return TrainerError(ExitCode.DATA_ERROR, message)
+
+
+def checkpoint_error(message: str) -> TrainerError:
+    return TrainerError(ExitCode.CHECKPOINT_ERROR, message)
+
+
+def unsupported(message: str) -> TrainerError:
+    return TrainerError(ExitCode.UNSUPPORTED, message)

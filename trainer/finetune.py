@@ -1,0 +1,213 @@
+"""The fine-tuning loop: one optimizer step reads top to bottom, nanoGPT style.
+
+`train(run, log)` runs steps until `max_steps`: gradient accumulation over micro-batches,
+global-norm clipping, optimizer and LR step, one MetricsSample per step, validation every
+`val_check_interval`, a checkpoint every `checkpoint_interval` and at the end. The loss
+of a step is the sum of token losses over all micro-batches and data-parallel ranks
+divided by their label-token count, so it does not depend on how the batch is split.
+SIGTERM finishes the step, saves and exits PREEMPTED; a non-finite loss exits NAN_LOSS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from jobs.exit_codes import ExitCode
+from trainer.checkpoint import consolidate, manager
+from trainer.distributed import all_reduce_sum
+from trainer.errors import TrainerError
+from trainer.loss import token_loss_sum
+from trainer.metrics import RunLog, StepMeter, ValRecord
+from trainer.parallelize import clip_grad_norm
+from trainer.setup import TrainingRun
+from trainer.train_state import gather_rng, recipe_hash
+
+
+class Preemption:
+    """SIGTERM sets a flag; ranks agree on it after each step (all-reduce max)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGTERM, self.previous)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def agreed(self, device: torch.device) -> bool:
+        flag = torch.tensor([1.0 if self.requested else 0.0], device=device)
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+def batches(run: TrainingRun) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(epoch, batch) forever, from the checkpointed position; keeps `run.data_state` exact."""
+    sampler = run.train_loader.batch_sampler
+    while True:
+        sampler.load_state_dict(run.data_state)
+        for batch in run.train_loader:
+            run.data_state["batches_done"] += 1
+            yield run.data_state["epoch"], batch
+        run.data_state = {"epoch": run.data_state["epoch"] + 1, "batches_done": 0}
+
+
+def forward_logits(run: TrainingRun, batch: dict[str, Any]) -> torch.Tensor:
+    inputs = {
+        k: batch[k].to(run.env.device, non_blocking=True)
+        for k in ("input_ids", "attention_mask", "position_ids")
+        if k in batch
+    }
+    return run.forward_model(**inputs, use_cache=False).logits
+
+
+def _sync_context(run: TrainingRun, last: bool):
+    no_sync = getattr(run.forward_model, "no_sync", None)  # DDP: reduce once per step
+    return contextlib.nullcontext() if last or no_sync is None else no_sync()
+
+
+def train_step(run: TrainingRun, micro_batches: list[dict[str, Any]]) -> tuple[float, float, int]:
+    """One optimizer step; returns (loss, grad_norm, tokens) summed over all ranks."""
+    tp = run.topology.tp_size
+    local_labels = sum(int((b["labels"] != -100).sum()) for b in micro_batches)
+    label_tokens = max(1.0, all_reduce_sum([local_labels], run.env.device)[0] / tp)
+    loss_sum = 0.0
+    for i, batch in enumerate(micro_batches):
+        with _sync_context(run, last=i == len(micro_batches) - 1):
+            logits = forward_logits(run, batch)
+            loss = token_loss_sum(run.loss_fn, logits, batch["labels"].to(run.env.device))
+            (loss * run.topology.dp_size / label_tokens).backward()
+        loss_sum += float(loss.detach())
+    max_norm = (run.recipe.get("clip_grad_norm") or {}).get("max_norm")
+    grad_norm = clip_grad_norm([p for p in run.model.parameters() if p.requires_grad], max_norm)
+    run.optimizer.step()
+    if run.scheduler is not None:
+        run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    tokens = sum(b["num_tokens"] for b in micro_batches)
+    total_loss, total_tokens = all_reduce_sum([loss_sum, tokens], run.env.device)
+    return total_loss / tp / label_tokens, grad_norm, int(total_tokens / tp)
+
+
+@torch.no_grad()
+def validate(run: TrainingRun) -> tuple[float, int]:
+    run.model.train(False)
+    loss_sum, labels, tokens = 0.0, 0, 0
+    for batch in run.val_loader:
+        logits = forward_logits(run, batch)
+        target = batch["labels"].to(run.env.device)
+        loss_sum += float(token_loss_sum(run.loss_fn, logits, target))
+        labels += int((batch["labels"] != -100).sum())
+        tokens += batch["num_tokens"]
+    run.model.train(True)
+    loss_sum, labels, tokens = all_reduce_sum([loss_sum, labels, tokens], run.env.device)
+    return loss_sum / max(1.0, labels), int(tokens / run.topology.tp_size)
+
+
+def save_checkpoint(run: TrainingRun, log: RunLog, last_record: dict[str, Any]) -> None:
+    staging = run.checkpoints.begin(run.step)
+    if run.is_peft:
+        consolidate.save_lora_adapter(run.model, staging / "model", run.env.is_rank0)
+    else:
+        consolidate.save_consolidated_model(run.model, staging / "model", run.env.is_rank0)
+    if run.env.is_rank0 and run.tokenizer is not None:
+        run.tokenizer.save_pretrained(str(staging / "model"))
+    if run.checkpoints.save_optimizer:
+        manager.save_optimizer(run.model, run.optimizer, run.scheduler, staging / "optim")
+    state = {
+        "step": run.step,
+        "epoch": run.data_state["epoch"],
+        "data": dict(run.data_state),
+        "rng": gather_rng(),
+        "recipe_hash": recipe_hash(run.recipe),
+        "architecture": run.architecture,
+        "peft": run.is_peft,
+        "world_size": run.env.world_size,
+        "dp_size": run.topology.dp_size,
+    }
+    final = run.checkpoints.publish(run.step, state)
+    if run.env.is_rank0:
+        log.event(
+            "checkpoint_saved",
+            run.step,
+            path=str(final),
+            size_bytes=manager.dir_size(final),
+            metrics=last_record,
+        )
+
+
+def _stop_if_not_finite(loss: float, step: int) -> None:
+    if not math.isfinite(loss):
+        raise TrainerError(
+            ExitCode.NAN_LOSS,
+            f"loss became {loss} at step {step}; lower optimizer.lr or set clip_grad_norm.max_norm",
+        )
+
+
+def _due(step: int, interval: Any) -> bool:
+    return bool(interval) and step % int(interval) == 0
+
+
+def train(run: TrainingRun, log: RunLog) -> ExitCode:
+    preemption = Preemption()
+    try:
+        return _train_loop(run, log, preemption)
+    finally:
+        preemption.restore()
+
+
+def _train_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCode:
+    schedule = run.recipe.get("step_scheduler") or {}
+    meter = StepMeter(run.model, run.env.device, run.env.world_size)
+    _announce_start(run, log)
+    stream, record = batches(run), None
+    while run.step < run.max_steps:
+        start = time.perf_counter()
+        micro = [next(stream) for _ in range(run.grad_accumulation_steps)]
+        epoch, micro_batches = micro[0][0], [batch for _, batch in micro]
+        lr = run.optimizer.param_groups[0]["lr"]
+        loss, grad_norm, tokens = train_step(run, micro_batches)
+        run.step += 1
+        seq_len = micro_batches[0]["input_ids"].shape[1]
+        record = meter.train_record(run.step, epoch, loss, grad_norm, lr, tokens, seq_len, start)
+        log.record(record)
+        _stop_if_not_finite(loss, run.step)
+        if run.val_loader is not None and _due(run.step, schedule.get("val_check_interval")):
+            val_loss, val_tokens = validate(run)
+            log.record(ValRecord(run.step, epoch, val_loss, val_tokens, time.time()))
+            log.event("validation", run.step, val_loss=val_loss)
+        preempted = preemption.agreed(run.env.device)
+        if _should_save(run, schedule, preempted):
+            save_checkpoint(run, log, asdict(record))
+        if preempted:
+            log.event("preempted", run.step, code="preempted", exit_code=ExitCode.PREEMPTED)
+            return ExitCode.PREEMPTED
+    log.event("finished", run.step, metrics=asdict(record) if record else {})
+    return ExitCode.OK
+
+
+def _announce_start(run: TrainingRun, log: RunLog) -> None:
+    if run.resumed_from is not None:
+        log.event(
+            "resumed", run.step, path=str(run.resumed_from), recipe_changed=run.recipe_changed
+        )
+    else:
+        log.event("started", run.step, max_steps=run.max_steps, world_size=run.env.world_size)
+
+
+def _should_save(run: TrainingRun, schedule: dict[str, Any], preempted: bool) -> bool:
+    if not (run.recipe.get("checkpoint") or {}).get("enabled", True):
+        return False
+    interval = schedule.get("checkpoint_interval")
+    return preempted or run.step == run.max_steps or _due(run.step, interval)

@@ -1,0 +1,151 @@
+"""Sharding a built model: tensor parallel, activation checkpointing, FSDP2 or DDP, compile.
+
+One function, `parallelize`, applies the steps in a fixed order (torchtitan's order, which
+is the seed's "sharding, device placement, compile" spelled out): move to the device,
+tensor parallelism on the mesh's `tp` axis with the plan from `models.hooks.tp_plan`,
+activation checkpointing per decoder layer, then data parallelism: FSDP2 (`fully_shard`
+per decoder layer, then the root; a `MixedPrecisionPolicy` on CUDA only) or DDP. The model
+is compiled last. `clip_grad_norm` handles gradients that live on different meshes.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import parallelize_module
+from torch.nn.parallel import DistributedDataParallel
+
+from models import hooks
+from trainer.distributed import Topology
+from trainer.errors import unsupported
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def apply_tensor_parallel(model: nn.Module, topology: Topology, sequence_parallel: bool) -> None:
+    reason = hooks.tp_unsupported_reason(model, topology.tp_size)
+    if reason:
+        raise unsupported(f"distributed.tp_size: {reason}; set distributed.tp_size: 1")
+    plan = hooks.tp_plan(model, sequence_parallel=sequence_parallel)
+    parallelize_module(model, topology.tp_mesh, plan)
+
+
+def apply_activation_checkpointing(model: nn.Module, mode: Any) -> None:
+    """'full'/True wraps every decoder layer; 'selective' wraps every second layer."""
+    if not mode:
+        return
+    every = 2 if mode == "selective" else 1
+    container = _layers_container(model)
+    for index in range(0, len(container), every):
+        container[index] = checkpoint_wrapper(container[index], preserve_rng_state=True)
+
+
+def _layers_container(model: nn.Module) -> nn.ModuleList:
+    layers = hooks.decoder_layers(model)
+    for module in model.modules():
+        if (
+            isinstance(module, nn.ModuleList)
+            and len(module) == len(layers)
+            and all(a is b for a, b in zip(module, layers, strict=True))
+        ):
+            return module
+    raise unsupported(f"{type(model).__name__}: cannot find the decoder layer list")
+
+
+def _mp_policy(distributed: dict[str, Any], device: torch.device) -> MixedPrecisionPolicy:
+    config = distributed.get("mp_policy")
+    if not config:
+        return MixedPrecisionPolicy()
+    if device.type != "cuda":
+        print(
+            "distributed.mp_policy applies on CUDA only; training in the model dtype on CPU",
+            file=sys.stderr,
+        )
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(
+        param_dtype=_DTYPES[config.get("param_dtype", "bfloat16")],
+        reduce_dtype=_DTYPES[config.get("reduce_dtype", "float32")],
+        output_dtype=_DTYPES.get(config.get("output_dtype") or ""),
+        cast_forward_inputs=bool(config.get("cast_forward_inputs", True)),
+    )
+
+
+def apply_fsdp2(
+    model: nn.Module, topology: Topology, distributed: dict[str, Any], device: torch.device
+) -> None:
+    policy = _mp_policy(distributed, device)
+    reshard = distributed.get("reshard_after_forward")
+    for layer in _layers_container(model):
+        fully_shard(layer, mesh=topology.dp_mesh, mp_policy=policy, reshard_after_forward=reshard)
+    fully_shard(model, mesh=topology.dp_mesh, mp_policy=policy, reshard_after_forward=reshard)
+
+
+def parallelize(
+    model: nn.Module,
+    topology: Topology,
+    distributed: dict[str, Any],
+    device: torch.device,
+    compile_section: dict[str, Any] | None,
+) -> nn.Module:
+    """Shard `model` in place and return the module to call (DDP- or compile-wrapped)."""
+    model.to(device)
+    if topology.tp_size > 1:
+        apply_tensor_parallel(model, topology, bool(distributed.get("sequence_parallel")))
+    apply_activation_checkpointing(model, distributed.get("activation_checkpointing"))
+    strategy = distributed.get("strategy", "fsdp2")
+    forward_model: nn.Module = model
+    if strategy == "fsdp2":
+        apply_fsdp2(model, topology, distributed, device)
+    elif strategy == "ddp" and topology.dp_size > 1:
+        if topology.tp_size > 1:
+            raise unsupported(
+                "distributed.strategy ddp cannot combine with tp_size > 1; use strategy: fsdp2"
+            )
+        forward_model = DistributedDataParallel(
+            model,
+            process_group=topology.dp_mesh.get_group(),
+            device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=bool(distributed.get("find_unused_parameters")),
+        )
+    elif strategy not in ("ddp", "fsdp2"):
+        raise unsupported(
+            f"distributed.strategy {strategy!r} is not supported by this trainer; use fsdp2 or ddp"
+        )
+    if compile_section and compile_section.get("enabled"):
+        forward_model = torch.compile(
+            forward_model, backend=compile_section.get("backend", "inductor")
+        )
+    return forward_model
+
+
+def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float | None) -> float:
+    """Global L2 norm of all gradients (DTensors grouped by mesh), clipped to `max_norm`."""
+    groups: dict[Any, list[torch.Tensor]] = {}
+    for p in parameters:
+        if p.grad is None:
+            continue
+        key = (
+            (id(p.grad.device_mesh), p.grad.placements)
+            if isinstance(p.grad, DTensor)
+            else ("local", p.grad.device)
+        )
+        groups.setdefault(key, []).append(p.grad)
+    total_sq = 0.0
+    for grads in groups.values():
+        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        total_sq += float(norm) ** 2
+    total = total_sq**0.5
+    if max_norm is not None and max_norm > 0 and total > max_norm:
+        scale = max_norm / (total + 1e-6)
+        for grads in groups.values():
+            for g in grads:
+                g.mul_(scale)
+    return total

@@ -1,0 +1,128 @@
+"""Starting a job attempt: the run directory, the `torchrun` command and its environment.
+
+The worker never imports torch; it writes the normalized recipe to `<run_dir>/recipe.yaml`
+and starts `torchrun ... -m trainer --recipe ... --run-dir ...` as a subprocess in a
+session of its own, tagged (see `worker.proctree`) so every rank can be found and stopped,
+with a parent-death signal so a killed worker does not leave training running unsupervised.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from worker.proctree import RUN_TAG_ENV, run_tag, set_parent_death_signal
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    job_id: str
+    attempt: int
+    run_dir: Path
+    nnodes: int = 1
+    nproc_per_node: int = 1
+    accelerator: str = "cpu"
+    rdzv_endpoint: str | None = None  # host:port of the c10d store, multi-node only
+    gpu_ids: tuple[int, ...] = ()
+    rdzv_timeout_s: int = 120
+    node_rank: int = 0  # the worker's slot in a gang (torchrun assigns ranks itself)
+    trainer_module: str = "trainer"
+
+    @property
+    def recipe_path(self) -> Path:
+        return self.run_dir / "recipe.yaml"
+
+
+def spec_from_resources(job_id: str, attempt: int, run_dir: Path, resources: dict) -> LaunchSpec:
+    """A launch spec from the job's `resources` column ({nnodes, nproc_per_node, accelerator})."""
+    return LaunchSpec(
+        job_id=job_id,
+        attempt=attempt,
+        run_dir=run_dir,
+        nnodes=int(resources.get("nnodes") or 1),
+        nproc_per_node=int(resources.get("nproc_per_node") or 1),
+        accelerator=str(resources.get("accelerator") or "cpu"),
+    )
+
+
+def write_recipe(run_dir: Path, recipe: dict) -> Path:
+    """Write the normalized recipe where the trainer reads it (atomically)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "recipe.yaml"
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    tmp.replace(path)
+    return path
+
+
+def torchrun_prefix() -> list[str]:
+    """`torchrun` from this interpreter's environment (so the trainer sees the same packages)."""
+    beside = Path(sys.executable).with_name("torchrun")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("torchrun")
+    return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def build_command(spec: LaunchSpec) -> list[str]:
+    """The full torchrun command line for one node of the attempt."""
+    cmd = [*torchrun_prefix(), "--nnodes", str(spec.nnodes)]
+    cmd += ["--nproc_per_node", str(spec.nproc_per_node)]
+    if spec.nnodes == 1:
+        cmd.append("--standalone")
+    else:
+        if not spec.rdzv_endpoint:
+            raise ValueError("a multi-node launch needs rdzv_endpoint (host:port)")
+        cmd += ["--rdzv-backend", "c10d", "--rdzv-id", f"{spec.job_id}-{spec.attempt}"]
+        cmd += ["--rdzv-endpoint", spec.rdzv_endpoint]
+        cmd += ["--rdzv-conf", f"join_timeout={spec.rdzv_timeout_s}"]
+    cmd += ["--max-restarts", "0"]  # restarts are the worker's decision (a new attempt)
+    cmd += [
+        "-m",
+        spec.trainer_module,
+        "--recipe",
+        str(spec.recipe_path),
+        "--run-dir",
+        str(spec.run_dir),
+    ]
+    return cmd
+
+
+def build_env(spec: LaunchSpec, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The trainer's environment: thread count, visible devices, backend, run tag."""
+    env = dict(os.environ if base is None else base)
+    cores = os.cpu_count() or 1
+    env.setdefault("OMP_NUM_THREADS", str(max(1, cores // max(1, spec.nproc_per_node))))
+    if spec.accelerator == "cuda":
+        if spec.gpu_ids:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_ids)
+        env["TUNEYARD_DIST_BACKEND"] = "nccl"
+        env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        env["TUNEYARD_DIST_BACKEND"] = "gloo"
+    env["PYTHONUNBUFFERED"] = "1"
+    env["TUNEYARD_JOB_ID"] = spec.job_id
+    env["TUNEYARD_ATTEMPT"] = str(spec.attempt)
+    env[RUN_TAG_ENV] = run_tag(spec.job_id, spec.attempt, spec.node_rank)
+    return env
+
+
+def start_attempt(spec: LaunchSpec, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start torchrun in its own session; stdout and stderr are pipes for the log pump."""
+    return subprocess.Popen(
+        build_command(spec),
+        env=build_env(spec),
+        cwd=str(cwd or Path.cwd()),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=set_parent_death_signal,  # noqa: PLW1509 - needed between fork and exec
+    )

@@ -1,0 +1,104 @@
+"""This worker process's identity, the resources it offers, and its heartbeat thread.
+
+The worker advertises its name, queues, host, GPU ids (from CUDA_VISIBLE_DEVICES or a
+torch-free `nvidia-smi -L` probe) and CPU ranks, and the jobs it is running, into the
+`workers` table every `heartbeat_seconds`; the reconciler marks a worker whose heartbeat
+stops as lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import Any
+
+from jobs.db import session_scope
+from jobs.leases import record_heartbeat
+from worker.config import WorkerConfig, get_worker_config
+
+log = logging.getLogger("tuneyard.worker")
+
+
+def probe_gpu_ids() -> tuple[int, ...]:
+    """Visible GPU ids without importing torch: CUDA_VISIBLE_DEVICES, else nvidia-smi."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return tuple(int(x) for x in visible.split(",") if x.strip().isdigit())
+    if not shutil.which("nvidia-smi"):
+        return ()
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(range(sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))))
+
+
+class WorkerState:
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.name = config.worker_name()
+        self.gpu_ids = probe_gpu_ids()
+        self._running: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def resources(self) -> dict[str, Any]:
+        with self._lock:
+            running = sorted(self._running)
+        return {
+            "host": self.config.host_address(),
+            "gpus": list(self.gpu_ids),
+            "cpu_ranks": self.config.cpu_ranks or os.cpu_count() or 1,
+            "queues": self.config.queue_list(),
+            "running": running,
+            "pid": os.getpid(),
+        }
+
+    @contextlib.contextmanager
+    def running(self, job_id: str) -> Iterator[None]:
+        with self._lock:
+            self._running.add(job_id)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.discard(job_id)
+
+    def beat(self, status: str | None = None) -> None:
+        resources = self.resources()
+        status = status or ("busy" if resources["running"] else "online")
+        with session_scope() as session:
+            record_heartbeat(
+                session, self.name, ",".join(self.config.queue_list()), resources, status
+            )
+
+    def start_heartbeat(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="tuneyard-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.beat()
+            except Exception as exc:  # the database may be down; try again next beat
+                log.warning("heartbeat failed: %s", exc.__class__.__name__)
+            self._stop.wait(self.config.heartbeat_seconds)
+
+    def stop_heartbeat(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(Exception):
+            self.beat("offline")
+
+
+@lru_cache(maxsize=1)
+def worker_state() -> WorkerState:
+    return WorkerState(get_worker_config())

@@ -1,0 +1,263 @@
+"""Supervising one attempt on one node: launch, ingest, renew, stop, and settle the outcome.
+
+`AttemptSupervisor.run()` is a single loop: every `ingest_seconds` it moves new lines of
+`metrics.jsonl` / `events.jsonl` and the process's output into the database in one fenced
+transaction (node 0 only; other gang nodes store their logs); every `poll_seconds` it
+renews the lease and reads the job's status, which is how a cancel or pause request
+arrives. A request sends SIGTERM to every process of the attempt and SIGKILL after the
+grace period. When torchrun exits, the files are drained and the outcome is written through
+`jobs.states.transition` with the attempt as fencing token. Database errors are logged and
+retried: records wait in the files, log lines in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from jobs.db import session_scope
+from jobs.ingest import append_logs, record_trainer_events, upsert_checkpoints, upsert_metrics
+from jobs.leases import Claim, holds_lease, job_attempt_status, renew_lease
+from jobs.states import TransitionRefused, transition
+from worker import proctree
+from worker.config import WorkerConfig
+from worker.launcher import LaunchSpec, build_command, start_attempt, write_recipe
+from worker.logpump import LogPump
+from worker.outcome import Outcome, classify_exit, is_outcome_event
+from worker.settle import settle_attempt
+from worker.tailer import OffsetStore, read_new_lines
+
+log = logging.getLogger("tuneyard.worker")
+
+
+class LeaseLost(Exception):
+    """This worker no longer owns the attempt: stop and write nothing."""
+
+
+@dataclass
+class StopRequest:
+    kind: str  # "cancel" | "pause" | "lease_lost"
+    sigkill_at: float
+    sigterm_sent: bool = False
+
+
+@dataclass
+class AttemptState:
+    last_outcome_event: dict[str, Any] | None = None
+    events_launch_offset: int = 0
+    stop: StopRequest | None = None
+    lease_lost: bool = False
+    counters: dict[str, int] = field(default_factory=lambda: {"metrics": 0, "events": 0})
+
+
+class AttemptSupervisor:
+    def __init__(self, claim: Claim, worker: str, config: WorkerConfig, spec: LaunchSpec) -> None:
+        self.claim, self.worker, self.config, self.spec = claim, worker, config, spec
+        self.run_dir = Path(claim.run_dir)
+        self.is_leader = claim.node_rank == 0
+        prefix = "" if self.is_leader else f"n{claim.node_rank}:"
+        self.pump = LogPump(prefix=prefix)
+        self.offsets = OffsetStore(self.run_dir / ".ingest_offsets.json")
+        self.state = AttemptState()
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def run(self) -> Outcome | None:
+        """Run the attempt to its end; returns the outcome settled (None if not ours)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.is_leader:
+            write_recipe(self.run_dir, self.claim.recipe)
+        proctree.stop_older_attempts(self.claim.job_id, self.claim.attempt)
+        events_path = self.run_dir / "events.jsonl"
+        self.state.events_launch_offset = events_path.stat().st_size if events_path.exists() else 0
+        try:
+            proc = start_attempt(self.spec, cwd=self.run_dir)
+        except OSError as exc:
+            outcome = Outcome("failed", "launch_failed", f"cannot start torchrun: {exc}")
+            return self._settle(outcome, None) if self.is_leader else outcome
+        self.pump.follow("stdout", proc.stdout)
+        self.pump.follow("stderr", proc.stderr)
+        if self.is_leader:
+            self._retry_db(self._mark_running)
+        returncode = self._supervise(proc)
+        self.pump.wait_closed()
+        self._drain()
+        if self.state.lease_lost:
+            log.warning(
+                "job %s attempt %s: lease lost, writing nothing",
+                self.claim.job_id,
+                self.claim.attempt,
+            )
+            return None
+        outcome = classify_exit(returncode, self.state.last_outcome_event)
+        return self._settle(outcome, returncode) if self.is_leader else outcome
+
+    def _supervise(self, proc: Any) -> int:
+        next_poll = 0.0
+        while proc.poll() is None:
+            now = time.monotonic()
+            self._safe_ingest()
+            if now >= next_poll:
+                self._poll_status()
+                next_poll = now + self.config.poll_seconds
+            self._advance_stop()
+            time.sleep(self.config.ingest_seconds)
+        # ranks of a killed torchrun may outlive it: nothing of this attempt may remain
+        proctree.stop_job_processes(
+            self.claim.job_id, self.claim.attempt, 2.0, self.claim.node_rank
+        )
+        return proc.returncode
+
+    def _mark_running(self) -> None:
+        with session_scope() as session:
+            try:
+                transition(session, self.claim.job_id, "running", attempt=self.claim.attempt,
+                           reason=f"torchrun started on worker {self.worker}",
+                           data={"command": " ".join(build_command(self.spec))})  # fmt: skip
+            except TransitionRefused as exc:  # cancelled while starting: the poll sees it
+                log.info("job %s not moved to running: %s", self.claim.job_id, exc)
+
+    # ---- cancel, pause, lease ---------------------------------------------------------
+    def _poll_status(self) -> None:
+        try:
+            status = self._renew_or_check()
+        except SQLAlchemyError as exc:  # a status check that fails never stops the job
+            log.warning("job %s: status check failed (%s); carrying on", self.claim.job_id, exc)
+            return
+        if status is None:
+            self.state.lease_lost = True
+            self._request_stop("lease_lost", grace=2.0)
+        elif status == "cancelling":
+            self._request_stop("cancel", grace=self.config.stop_grace_seconds)
+        elif status == "pausing":
+            self._request_stop("pause", grace=self.config.stop_grace_seconds)
+
+    def _renew_or_check(self) -> str | None:
+        with session_scope() as session:
+            if self.is_leader:
+                return renew_lease(session, self.claim.job_id, self.worker, self.claim.attempt,
+                                   self.config.lease_seconds)  # fmt: skip
+            current = job_attempt_status(session, self.claim.job_id)
+        if current is None or current[0] != self.claim.attempt:
+            return None
+        return (
+            current[1] if current[1] in ("starting", "running", "cancelling", "pausing") else None
+        )
+
+    def _request_stop(self, kind: str, grace: float) -> None:
+        if self.state.stop is None:
+            log.info(
+                "job %s attempt %s: stopping (%s)", self.claim.job_id, self.claim.attempt, kind
+            )
+            self.state.stop = StopRequest(kind, time.monotonic() + grace)
+
+    def _advance_stop(self) -> None:
+        stop = self.state.stop
+        if stop is None:
+            return
+        pids = proctree.tagged_pids(self.claim.job_id, self.claim.attempt, self.claim.node_rank)
+        if not stop.sigterm_sent:
+            proctree.signal_pids(pids, signal.SIGTERM)
+            stop.sigterm_sent = True
+        elif time.monotonic() >= stop.sigkill_at:
+            proctree.signal_pids(pids, signal.SIGKILL)
+
+    # ---- ingestion --------------------------------------------------------------------
+    def _safe_ingest(self) -> None:
+        try:
+            self.ingest_once()
+        except LeaseLost:
+            self.state.lease_lost = True
+            self._request_stop("lease_lost", grace=2.0)
+        except SQLAlchemyError as exc:
+            log.warning(
+                "job %s: ingestion deferred (%s)", self.claim.job_id, exc.__class__.__name__
+            )
+
+    def ingest_once(self, max_log_lines: int = 5000) -> int:
+        """One fenced transaction of new metrics, events, checkpoints and log lines."""
+        if self.state.lease_lost:
+            return 0
+        metrics = (
+            read_new_lines(self.run_dir / "metrics.jsonl", self.offsets.get("metrics"))
+            if self.is_leader
+            else None
+        )
+        events = (
+            read_new_lines(self.run_dir / "events.jsonl", self.offsets.get("events"))
+            if self.is_leader
+            else None
+        )
+        lines = self.pump.pending(max_log_lines)
+        if not lines and not (metrics and metrics.entries) and not (events and events.entries):
+            self._advance_offsets(metrics, events)
+            return 0
+        with session_scope() as session:
+            if not self._fenced(session):
+                raise LeaseLost()
+            if metrics is not None and events is not None:
+                self._write_records(session, metrics.records, events.entries)
+            append_logs(session, self.claim.job_id, self.claim.attempt, lines)
+        self._advance_offsets(metrics, events)
+        self.pump.commit(len(lines))
+        return len(lines) + (len(metrics.entries) if metrics else 0)
+
+    def _fenced(self, session: Any) -> bool:
+        if self.is_leader:
+            return holds_lease(session, self.claim.job_id, self.worker, self.claim.attempt)
+        current = job_attempt_status(session, self.claim.job_id)
+        return current is not None and current[0] == self.claim.attempt
+
+    def _write_records(
+        self, session: Any, metrics: list[dict], events: list[tuple[int, dict]]
+    ) -> None:
+        job, attempt = self.claim.job_id, self.claim.attempt
+        self.state.counters["metrics"] += upsert_metrics(session, job, attempt, metrics)
+        self.state.counters["events"] += record_trainer_events(session, job, attempt, events)
+        upsert_checkpoints(session, job, attempt, [record for _, record in events])
+        for offset, record in events:
+            if offset >= self.state.events_launch_offset and is_outcome_event(record):
+                self.state.last_outcome_event = record
+
+    def _advance_offsets(self, metrics: Any, events: Any) -> None:
+        if metrics is not None:
+            self.offsets.set("metrics", metrics.end_offset)
+        if events is not None:
+            self.offsets.set("events", events.end_offset)
+
+    def _drain(self) -> None:
+        """After exit: ingest until the files and the log buffer are empty (DB retried)."""
+        deadline = time.monotonic() + max(60.0, self.config.lease_seconds)
+        while time.monotonic() < deadline and not self.state.lease_lost:
+            try:
+                if self.ingest_once() == 0:
+                    return
+            except LeaseLost:
+                self.state.lease_lost = True
+            except SQLAlchemyError as exc:
+                log.warning("job %s: final ingestion waiting for the database (%s)",
+                            self.claim.job_id, exc.__class__.__name__)  # fmt: skip
+                time.sleep(1.0)
+
+    # ---- outcome ----------------------------------------------------------------------
+    def _settle(self, outcome: Outcome, returncode: int | None) -> Outcome | None:
+        stop_kind = self.state.stop.kind if self.state.stop else None
+        settled = self._retry_db(
+            lambda: settle_attempt(self.claim, self.worker, outcome, stop_kind)
+        )
+        return outcome if settled else None
+
+    def _retry_db(self, action: Any, attempts: int = 120) -> Any:
+        for _ in range(attempts):
+            try:
+                return action()
+            except SQLAlchemyError as exc:
+                log.warning("job %s: database unavailable (%s); retrying",
+                            self.claim.job_id, exc.__class__.__name__)  # fmt: skip
+                time.sleep(1.0)
+        return None
