@@ -68,7 +68,8 @@ def measure(args: argparse.Namespace, compile_model: bool) -> dict[str, tuple[fl
     ids = torch.randint(0, args.vocab, (args.batch, args.seq))
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in steps}
     for i in range(args.warmup + args.steps):
-        for name, step in steps.items():
+        order = list(steps.items()) if i % 2 == 0 else list(steps.items())[::-1]
+        for name, step in order:  # alternate who goes first: no position bias
             elapsed = step(ids)
             if i >= args.warmup:
                 times[name].append(elapsed)

@@ -1,137 +1,70 @@
 """Client commands: talk to a tuneyard server over HTTP (`submit`, `jobs`, `watch`, `wait`, ...).
 
-Every command here is a thin httpx call to the `/v1` API; the server selected by `--server`
-or `TUNEYARD_URL`, authenticated by `TUNEYARD_API_KEY`. Read commands take `--json` for
-scripts. Exit codes are stable so CI can branch on them (see `ExitCode` below): a job that
+Every command here is a thin call through `cli.http_client` to the `/v1` API; the server is
+selected by `--server` or `TUNEYARD_URL`, the key by `TUNEYARD_API_KEY`. Read commands take
+`--json` for scripts. Exit codes are stable so CI can branch on them (`ExitCode`): a job that
 succeeded exits 0, failed 1, cancelled 3; a refused request (bad recipe, unknown job, bad
-key) exits 2 and prints the server's reason.
+key, an action the job's state does not allow) exits 2 and prints the server's reason.
+`cli.main` imports this module at every start, so rich and httpx are imported only inside
+the commands: `tuneyard validate` never pays for them.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
-from enum import IntEnum
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 import typer
-from rich.console import Console
-from rich.table import Table
 
-DEFAULT_URL = "http://127.0.0.1:8000"
-TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+from cli.http_client import DEFAULT_URL, TERMINAL_STATES, ClientError, ExitCode, TuneyardClient
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-class ExitCode(IntEnum):
-    SUCCEEDED = 0
-    FAILED = 1
-    REFUSED = 2  # the server refused the request: 401/403/404/409/422
-    CANCELLED = 3
-    TIMED_OUT = 4  # `wait --timeout` ran out before the job finished
-    PAUSED = 5  # the job is paused: no progress until someone resumes it
-    UNREACHABLE = 6  # no answer from the server, or a 5xx
+STATE_EXIT = {"succeeded": ExitCode.SUCCEEDED, "failed": ExitCode.FAILED,
+              "cancelled": ExitCode.CANCELLED, "paused": ExitCode.PAUSED}  # fmt: skip
 
 
-STATE_EXIT = {
-    "succeeded": ExitCode.SUCCEEDED,
-    "failed": ExitCode.FAILED,
-    "cancelled": ExitCode.CANCELLED,
-    "paused": ExitCode.PAUSED,
-}
+@functools.cache
+def console(stderr: bool = False) -> Console:
+    """The rich console for stdout (or stderr), made on first use."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
-class ClientError(Exception):
-    """A request the CLI cannot complete; carries the exit code and what to tell the user."""
+def report_error(error: ClientError) -> ExitCode:
+    """Print a refused or failed request the way the server explained it; its exit code."""
+    from rich.markup import escape
 
-    def __init__(self, message: str, exit_code: ExitCode, errors: list[dict] | None = None):
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.errors = errors or []
+    err = console(stderr=True)
+    err.print(f"[red]error:[/red] {escape(str(error))}")
+    if error.current_status:
+        err.print(f"  current state: [bold]{escape(error.current_status)}[/bold]")
+    for item in error.errors:
+        loc = item.get("loc", "")
+        loc = ".".join(str(p) for p in loc) if isinstance(loc, list) else str(loc)
+        fix = f"  [dim]fix: {escape(item['fix'])}[/dim]" if item.get("fix") else ""
+        err.print(f"  [bold]{escape(loc)}[/bold]: {escape(str(item.get('msg', '')))}{fix}")
+    return error.exit_code
 
 
-class TuneyardClient:
-    """A small synchronous client for the `/v1` API."""
+def exits_on_client_error(command: Callable[..., None]) -> Callable[..., None]:
+    """Wrap a command so a ClientError prints the server's reason and exits with its code."""
 
-    def __init__(self, server: str = DEFAULT_URL, api_key: str | None = None, timeout=30.0):
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.server = server.rstrip("/")
-        self.http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
-
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> None:
         try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ClientError(
-                f"cannot reach {self.server}: {exc}; is the server up (`tuneyard up`) "
-                "and --server / TUNEYARD_URL right?",
-                ExitCode.UNREACHABLE,
-            ) from exc
-        if response.status_code >= 400:
-            raise _error_from(response)
-        if not response.content:
-            return None
-        if "json" in response.headers.get("content-type", ""):
-            return response.json()
-        return response.text
+            command(*args, **kwargs)
+        except ClientError as exc:
+            raise typer.Exit(int(report_error(exc))) from None
 
-    def submit(self, body: dict, idempotency_key: str | None = None) -> dict:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return self.request("POST", "/v1/jobs", json=body, headers=headers)
-
-    def job(self, job_id: str) -> dict:
-        return self.request("GET", f"/v1/jobs/{job_id}")
-
-    def jobs(self, **params: Any) -> list[dict]:
-        query = {k: v for k, v in params.items() if v is not None}
-        return items_of(self.request("GET", "/v1/jobs", params=query))
-
-    def action(self, job_id: str, verb: str) -> dict:
-        return self.request("POST", f"/v1/jobs/{job_id}/{verb}")
-
-    def metrics(
-        self, job_id: str, after_step: int | None = None, max_points: int | None = None
-    ) -> list:
-        params = {
-            "kind": "train",
-            "limit": 1000,
-            "after_step": after_step,
-            "max_points": max_points,
-        }
-        query = {k: v for k, v in params.items() if v is not None}
-        return items_of(self.request("GET", f"/v1/jobs/{job_id}/metrics", params=query))
-
-    def logs(self, job_id: str, after: int = 0) -> dict:
-        return self.request("GET", f"/v1/jobs/{job_id}/logs", params={"after": after})
-
-
-def items_of(body: Any) -> list:
-    """The records of a collection answer (`{"data": [...], ...}`)."""
-    return body.get("data", []) if isinstance(body, dict) else []
-
-
-def _error_from(response: httpx.Response) -> ClientError:
-    try:
-        body = response.json()
-    except ValueError:
-        body = {"detail": response.text[:500]}
-    errors = body.get("errors") if isinstance(body, dict) else None
-    detail = body.get("error") or body.get("detail", body) if isinstance(body, dict) else body
-    if isinstance(detail, dict):
-        detail = detail.get("message") or json.dumps(detail)
-    code = response.status_code
-    if code == 401:
-        message = "the server refused the API key; set TUNEYARD_API_KEY (`tuneyard keys create`)"
-    elif errors:
-        message = "the server refused the request:"
-    else:
-        message = f"HTTP {code}: {detail}"
-    exit_code = ExitCode.UNREACHABLE if code >= 500 else ExitCode.REFUSED
-    return ClientError(message, exit_code, errors)
+    return run
 
 
 # ----------------------------------------------------------------------------- options
@@ -146,36 +79,42 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the raw JSON answer
 JobArg = Annotated[str, typer.Argument(help="Job id.")]
 
 
-def fail(error: ClientError) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {error}")
-    for item in error.errors:
-        loc = item.get("loc", "")
-        loc = ".".join(str(p) for p in loc) if isinstance(loc, list) else loc
-        fix = f"  [dim]fix: {item['fix']}[/dim]" if item.get("fix") else ""
-        err_console.print(f"  [bold]{loc}[/bold]: {item.get('msg', '')}{fix}")
-    return typer.Exit(int(error.exit_code))
-
-
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def parse_overrides(tokens: list[str]) -> list[str]:
-    """`a.b=v` and `--a.b v` / `--a.b=v` tokens as a list of `a.b=v` strings."""
-    overrides, i = [], 0
+def override_strings(tokens: list[str]) -> list[str]:
+    """CLI override tokens as the API's `a.b=v` strings, read as `tuneyard validate` reads them.
+
+    `--a.b v`, `--a.b=v` and `a.b=v` keep the value's text; a bare `--flag` (last, or before
+    another `--`) is `flag=true`. The grammar is jobs.overrides.parse_overrides': anything it
+    would refuse is kept as typed, so `check_overrides` names it.
+    """
+    strings, i = [], 0
     while i < len(tokens):
         token = tokens[i]
-        if token.startswith("--") and "=" not in token:
-            if i + 1 >= len(tokens):
-                raise typer.BadParameter(f"{token} needs a value, e.g. `{token} 1e-4`")
-            overrides.append(f"{token[2:]}={tokens[i + 1]}")
-            i += 2
-            continue
-        if "=" not in token:
-            raise typer.BadParameter(f"override {token!r} must look like `optimizer.lr=1e-4`")
-        overrides.append(token.removeprefix("--"))
         i += 1
-    return overrides
+        body = token[2:] if token.startswith("--") else token
+        if "=" in body or not token.startswith("--"):
+            strings.append(body)
+        elif i < len(tokens) and not tokens[i].startswith("--"):
+            strings.append(f"{body}={tokens[i]}")
+            i += 1
+        else:
+            strings.append(f"{body}=true")
+    return strings
+
+
+def check_overrides(strings: list[str]) -> None:
+    """Refuse malformed overrides before any request, with the validator's own errors."""
+    from jobs.errors import RecipeInvalid
+    from jobs.overrides import parse_overrides
+
+    try:
+        parse_overrides(strings)
+    except RecipeInvalid as exc:
+        errors = [e.to_dict() for e in exc.errors]
+        raise ClientError("invalid overrides:", ExitCode.REFUSED, errors) from None
 
 
 def job_progress(job: dict) -> tuple[int | None, int | None]:
@@ -193,27 +132,13 @@ def describe_end(job: dict) -> str:
     return f"job {job['id']} {status}"
 
 
-def wait_for_job(client: TuneyardClient, job_id: str, timeout: float | None, poll: float) -> dict:
-    """Poll until the job ends (or pauses); raises ClientError(TIMED_OUT) after `timeout`."""
-    deadline = time.monotonic() + timeout if timeout else None
-    while True:
-        job = client.job(job_id)
-        if job["status"] in TERMINAL_STATES or job["status"] == "paused":
-            return job
-        if deadline and time.monotonic() > deadline:
-            raise ClientError(
-                f"job {job_id} still {job['status']} after {timeout:g}s", ExitCode.TIMED_OUT
-            )
-        time.sleep(poll)
-
-
 def finish(job: dict, as_json: bool = False) -> None:
     """Print how the job ended and exit with its code."""
     code = STATE_EXIT.get(job["status"], ExitCode.FAILED)
     if as_json:
         print_json(job)
     else:
-        (console if code == ExitCode.SUCCEEDED else err_console).print(describe_end(job))
+        console(stderr=code != ExitCode.SUCCEEDED).print(describe_end(job), markup=False)
     raise typer.Exit(int(code))
 
 
@@ -278,7 +203,7 @@ def watch_job(
 ) -> dict:
     """Follow a job's train metrics until it ends or pauses; returns the final job."""
     cursor, latest = None, None
-    with ProgressLine(out if not as_json else Console(file=sys.stderr), job_id) as line:
+    with ProgressLine(console(stderr=True) if as_json else out, job_id) as line:
         while True:
             job = client.job(job_id)
             # First the latest step only (downsampling keeps it), then every new record.
@@ -310,11 +235,13 @@ def follow_logs(client: TuneyardClient, job_id: str, follow: bool, as_json: bool
 
 
 # ----------------------------------------------------------------------------- commands
+@exits_on_client_error
 def submit(
     ctx: typer.Context,
     recipe: Annotated[Path, typer.Argument(help="Recipe YAML or JSON file.", exists=True)],
     overrides: Annotated[
-        list[str] | None, typer.Argument(help="Overrides: optimizer.lr=1e-4 or --optimizer.lr 1e-4")
+        list[str] | None,
+        typer.Argument(help="Overrides: optimizer.lr=1e-4, --optimizer.lr 1e-4, a bare --flag"),
     ] = None,
     name: Annotated[str | None, typer.Option(help="Job name (default: file name).")] = None,
     nproc_per_node: Annotated[int, typer.Option(help="Processes (GPUs) per node.")] = 1,
@@ -333,35 +260,31 @@ def submit(
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a recipe as a job (validated by the server before anything is stored)."""
-    tokens = [*(overrides or []), *ctx.args]
+    override_list = override_strings([*(overrides or []), *ctx.args])
+    check_overrides(override_list)
     body: dict[str, Any] = {
         "name": name or recipe.stem,
         "recipe_yaml": recipe.read_text(),
-        "overrides": parse_overrides(tokens),
-        "resources": {
-            "nnodes": nnodes,
-            "nproc_per_node": nproc_per_node,
-            "accelerator": accelerator,
-        },
+        "overrides": override_list,
+        "resources": {"nnodes": nnodes, "nproc_per_node": nproc_per_node,
+                      "accelerator": accelerator},
         "priority": priority,
         "labels": dict(item.split("=", 1) for item in label or [] if "=" in item),
-    }
+    }  # fmt: skip
     if max_attempts is not None:
         body["max_attempts"] = max_attempts
     client = TuneyardClient(server, api_key)
-    try:
-        job = client.submit(body, idempotency_key)
-        if as_json and not wait:
-            print_json(job)
-        elif not as_json:
-            console.print(f"submitted job [bold]{job['id']}[/bold] ({job['status']})")
-            console.print(f"  dashboard: {client.server}/jobs/{job['id']}")
-        if wait:
-            finish(wait_for_job(client, job["id"], timeout, poll=1.0), as_json)
-    except ClientError as exc:
-        raise fail(exc) from None
+    job = client.submit(body, idempotency_key)
+    if as_json and not wait:
+        print_json(job)
+    elif not as_json:
+        console().print(f"submitted job [bold]{job['id']}[/bold] ({job['status']})")
+        console().print(f"  dashboard: {client.server}/jobs/{job['id']}", markup=False)
+    if wait:
+        finish(client.wait_for(job["id"], timeout, poll=1.0), as_json)
 
 
+@exits_on_client_error
 def jobs(
     status: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
     label: Annotated[str | None, typer.Option(help="Only jobs with this key=value label.")] = None,
@@ -371,27 +294,22 @@ def jobs(
     as_json: JsonOpt = False,
 ) -> None:
     """List jobs, newest first."""
-    try:
-        rows = TuneyardClient(server, api_key).jobs(status=status, label=label, limit=limit)
-    except ClientError as exc:
-        raise fail(exc) from None
+    from rich.table import Table
+
+    rows = TuneyardClient(server, api_key).jobs(status=status, label=label, limit=limit)
     if as_json:
         return print_json(rows)
     table = Table("id", "name", "state", "progress", "loss", "created", box=None)
     for job in rows:
         step, max_steps = job_progress(job)
         loss = (job.get("latest_metrics") or {}).get("loss")
-        table.add_row(
-            str(job["id"]),
-            job.get("name", ""),
-            job["status"],
-            f"{step or 0}/{max_steps or '?'}",
-            f"{loss:.4f}" if loss is not None else "",
-            str(job.get("created_at", ""))[:19],
-        )
-    console.print(table if rows else "no jobs")
+        table.add_row(str(job["id"]), job.get("name", ""), job["status"],
+                      f"{step or 0}/{max_steps or '?'}", f"{loss:.4f}" if loss is not None else "",
+                      str(job.get("created_at", ""))[:19])  # fmt: skip
+    console().print(table if rows else "no jobs")
 
 
+@exits_on_client_error
 def status(
     job_id: JobArg,
     server: ServerOpt = DEFAULT_URL,
@@ -399,40 +317,39 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one job: state, attempts, progress, error."""
-    try:
-        job = TuneyardClient(server, api_key).job(job_id)
-    except ClientError as exc:
-        raise fail(exc) from None
+    job = TuneyardClient(server, api_key).job(job_id)
     if as_json:
         return print_json(job)
     step, max_steps = job_progress(job)
-    console.print(f"[bold]{job.get('name', '')}[/bold] {job['id']}")
-    console.print(f"  state     {job['status']}")
-    console.print(f"  attempt   {job.get('attempt', 0)}/{job.get('max_attempts', '?')}")
-    console.print(f"  progress  {step or 0}/{max_steps or '?'}")
+    lines = [
+        f"{job.get('name', '')} {job['id']}",
+        f"  state     {job['status']}",
+        f"  attempt   {job.get('attempt', 0)}/{job.get('max_attempts', '?')}",
+        f"  progress  {step or 0}/{max_steps or '?'}",
+    ]
     if job.get("error_code") or job.get("error_message"):
-        console.print(f"  error     {job.get('error_code')}: {job.get('error_message')}")
+        lines.append(f"  error     {job.get('error_code')}: {job.get('error_message')}")
+    console().print("\n".join(lines), markup=False)
 
 
-def _act(verb: str, past: str):
+def _act(verb: str, past: str) -> Callable[..., None]:
+    @exits_on_client_error
     def command(
         job_id: JobArg,
         server: ServerOpt = DEFAULT_URL,
         api_key: KeyOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
-        try:
-            job = TuneyardClient(server, api_key).action(job_id, verb)
-        except ClientError as exc:
-            raise fail(exc) from None
+        job = TuneyardClient(server, api_key).action(job_id, verb)
         if as_json:
             return print_json(job)
-        console.print(f"{past} job {job_id}: now {job.get('status', '?')}")
+        console().print(f"{past} job {job_id}: now {job.get('status', '?')}", markup=False)
 
-    command.__doc__ = f"{verb.capitalize()} a job (409 with the current state if it cannot)."
+    command.__doc__ = f"{verb.capitalize()} a job (exit 2 with its current state if it cannot)."
     return command
 
 
+@exits_on_client_error
 def wait(
     job_id: JobArg,
     timeout: Annotated[float | None, typer.Option(help="Give up after S seconds (exit 4).")] = None,
@@ -442,12 +359,10 @@ def wait(
     as_json: JsonOpt = False,
 ) -> None:
     """Wait for a job: exit 0 succeeded, 1 failed, 3 cancelled, 4 timeout, 5 paused."""
-    try:
-        finish(wait_for_job(TuneyardClient(server, api_key), job_id, timeout, poll), as_json)
-    except ClientError as exc:
-        raise fail(exc) from None
+    finish(TuneyardClient(server, api_key).wait_for(job_id, timeout, poll), as_json)
 
 
+@exits_on_client_error
 def logs(
     job_id: JobArg,
     follow: Annotated[
@@ -458,12 +373,10 @@ def logs(
     as_json: JsonOpt = False,
 ) -> None:
     """Print a job's log (the trainer's stdout and stderr)."""
-    try:
-        follow_logs(TuneyardClient(server, api_key), job_id, follow, as_json)
-    except ClientError as exc:
-        raise fail(exc) from None
+    follow_logs(TuneyardClient(server, api_key), job_id, follow, as_json)
 
 
+@exits_on_client_error
 def watch(
     job_id: JobArg,
     poll: Annotated[float, typer.Option(help="Seconds between polls.")] = 1.0,
@@ -472,11 +385,7 @@ def watch(
     as_json: JsonOpt = False,
 ) -> None:
     """Live progress (step, loss, tokens/s, ETA) until the job ends; exits like `wait`."""
-    client = TuneyardClient(server, api_key)
-    try:
-        job = watch_job(client, job_id, poll, console, as_json)
-    except ClientError as exc:
-        raise fail(exc) from None
+    job = watch_job(TuneyardClient(server, api_key), job_id, poll, console(), as_json)
     finish(job, as_json=as_json)
 
 

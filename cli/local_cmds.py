@@ -21,13 +21,11 @@ import webbrowser
 from pathlib import Path
 from typing import IO, Annotated, Any
 
-import httpx
 import typer
-from rich.console import Console
 
-from cli.client_cmds import ClientError, TuneyardClient, fail, items_of, watch_job
+from cli.client_cmds import console, exits_on_client_error, watch_job
+from cli.http_client import TuneyardClient
 
-console = Console(highlight=False, soft_wrap=True)
 SERVICES = ("api", "worker", "scheduler")
 
 
@@ -103,6 +101,8 @@ class LocalStack:
         return next((n for n, p in self.procs.items() if p.poll() is not None), None)
 
     def wait_ready(self, timeout: float = 90.0) -> None:
+        import httpx
+
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if (name := self.dead()) is not None:
@@ -160,19 +160,21 @@ def up(
     """Run the API, a worker and the scheduler together (Ctrl-C stops them)."""
     stack = LocalStack(host, port)
     if stack.env.get("TUNEYARD_AUTH") == "off":
-        console.print("[yellow]embedded default: SQLite under TUNEYARD_HOME, auth is OFF[/yellow]")
+        console().print(
+            "[yellow]embedded default: SQLite under TUNEYARD_HOME, auth is OFF[/yellow]"
+        )
     try:
         with stack:
-            console.print(f"tuneyard is up: dashboard and API at [bold]{stack.url}[/bold]")
+            console().print(f"tuneyard is up: dashboard and API at [bold]{stack.url}[/bold]")
             while (name := stack.dead()) is None:
                 time.sleep(1.0)
-            console.print(f"[red]`tuneyard {name}` exited; stopping the others[/red]")
+            console().print(f"[red]`tuneyard {name}` exited; stopping the others[/red]")
             raise typer.Exit(1)
     except RuntimeError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console().print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        console.print("stopped")
+        console().print("stopped")
 
 
 def build_demo_assets(directory: Path) -> dict[str, Path]:
@@ -241,6 +243,7 @@ def loading_snippet(model_dir: Path) -> str:
     )
 
 
+@exits_on_client_error
 def demo(
     no_browser: Annotated[
         bool, typer.Option("--no-browser", help="Do not open a browser.")
@@ -253,10 +256,10 @@ def demo(
 
     home = get_settings().home
     directory = home / "demo"
-    console.print(f"building a tiny Llama and a dataset in {directory} ...")
+    console().print(f"building a tiny Llama and a dataset in {directory} ...")
     assets = build_demo_assets(directory)
     stack = LocalStack("127.0.0.1", free_port(port), directory / "logs", embedded=True)
-    console.print("starting the API, a worker and the scheduler (embedded SQLite) ...")
+    console().print("starting the API, a worker and the scheduler (embedded SQLite) ...")
     try:
         with stack:
             client = TuneyardClient(stack.url)  # the embedded stack runs with auth off
@@ -268,18 +271,16 @@ def demo(
                 }
             )
             url = f"{stack.url}/jobs/{job['id']}"
-            console.print(f"job {job['id']} submitted; watch it live at [bold]{url}[/bold]")
+            console().print(f"job {job['id']} submitted; watch it live at [bold]{url}[/bold]")
             if not no_browser:
                 webbrowser.open(url)
-            job = watch_job(client, job["id"], 1.0, console, as_json=False)
+            job = watch_job(client, job["id"], 1.0, console(), as_json=False)
             report_demo(client, job, assets, stack)
-    except ClientError as exc:
-        raise fail(exc) from None
     except RuntimeError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console().print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        console.print("interrupted; the stack is stopped")
+        console().print("interrupted; the stack is stopped")
         raise typer.Exit(130) from None
 
 
@@ -287,23 +288,23 @@ def report_demo(
     client: TuneyardClient, job: dict, assets: dict[str, Path], stack: LocalStack
 ) -> None:
     if job["status"] != "succeeded":
-        console.print(f"[red]demo job {job['status']}:[/red] {job.get('error_message') or ''}")
-        console.print(f"logs: tuneyard logs {job['id']} (stack logs in {stack.log_dir})")
+        console().print(f"[red]demo job {job['status']}:[/red] {job.get('error_message') or ''}")
+        console().print(f"logs: tuneyard logs {job['id']} (stack logs in {stack.log_dir})")
         raise typer.Exit(1)
-    checkpoints = items_of(client.request("GET", f"/v1/jobs/{job['id']}/checkpoints"))
+    checkpoints = client.checkpoints(job["id"])
     if not checkpoints:
-        console.print("[red]the job succeeded but recorded no checkpoint[/red]")
+        console().print("[red]the job succeeded but recorded no checkpoint[/red]")
         raise typer.Exit(1)
     model_dir = hf_model_dir(checkpoints[-1]["path"])
-    console.print(f"[green]demo job succeeded[/green]; checkpoint: [bold]{model_dir}[/bold]")
+    console().print(f"[green]demo job succeeded[/green]; checkpoint: [bold]{model_dir}[/bold]")
     first = client.metrics(job["id"])[:1]
     last = job.get("latest_metrics") or {}
     if first and last.get("loss") is not None:
-        console.print(f"train loss fell from {first[0]['loss']:.2f} to {last['loss']:.2f} "
+        console().print(f"train loss fell from {first[0]['loss']:.2f} to {last['loss']:.2f} "
                       f"over {last.get('step')} steps")  # fmt: skip
-    console.print("load it with transformers:\n")
-    console.print(loading_snippet(model_dir), markup=False)
-    console.print("\nbrowse the dashboard again with `tuneyard up`.")
+    console().print("load it with transformers:\n")
+    console().print(loading_snippet(model_dir), markup=False)
+    console().print("\nbrowse the dashboard again with `tuneyard up`.")
 
 
 def register(app: typer.Typer) -> None:

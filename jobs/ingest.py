@@ -23,6 +23,9 @@ TRAINER_EVENT = "trainer"
 METRIC_FLOATS = ("loss", "val_loss", "grad_norm", "lr", "mem", "tps", "tps_per_rank", "mfu",
                  "timestamp")  # fmt: skip
 METRIC_KINDS = ("train", "val")
+METRIC_KEY = ("job_id", "kind", "step")
+METRIC_COLUMNS = (*METRIC_KEY, "attempt", "epoch", "num_tokens", *METRIC_FLOATS)
+COPY_THRESHOLD = 200  # rows; smaller batches (the live case) take the plain upsert
 
 
 def _insert(session: Session, table: Any) -> Any:
@@ -76,6 +79,9 @@ def upsert_metrics(
             rows[(row["kind"], row["step"])] = row  # last line for a step wins within a batch
     if not rows:
         return 0
+    if len(rows) >= COPY_THRESHOLD and session.get_bind().dialect.name == "postgresql":
+        _copy_upsert_metrics(session, list(rows.values()))
+        return len(rows)
     stmt = _insert(session, Metric.__table__)
     changed = {c: stmt.excluded[c] for c in ("attempt", "epoch", "num_tokens", *METRIC_FLOATS)}
     stmt = stmt.on_conflict_do_update(
@@ -83,9 +89,29 @@ def upsert_metrics(
         set_=changed,
         where=Metric.__table__.c.attempt <= stmt.excluded.attempt,
     )
-    # executemany: SQLAlchemy batches it as multi-row VALUES with one cached compilation
     session.connection().execute(stmt, list(rows.values()))
     return len(rows)
+
+
+def _copy_upsert_metrics(session: Session, rows: list[dict[str, Any]]) -> None:
+    """PostgreSQL bulk path: COPY into a session-local staging table, then one upsert."""
+    cols = ", ".join(METRIC_COLUMNS)
+    updates = ", ".join(f"{c} = excluded.{c}" for c in METRIC_COLUMNS if c not in METRIC_KEY)
+    cursor = session.connection().connection.driver_connection.cursor()
+    with cursor:
+        cursor.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS tuneyard_metrics_stage ON COMMIT DELETE ROWS AS "
+            f"SELECT {cols} FROM metrics WITH NO DATA"
+        )
+        cursor.execute("TRUNCATE tuneyard_metrics_stage")
+        with cursor.copy(f"COPY tuneyard_metrics_stage ({cols}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row([row[c] for c in METRIC_COLUMNS])
+        cursor.execute(
+            f"INSERT INTO metrics ({cols}) SELECT {cols} FROM tuneyard_metrics_stage "
+            f"ON CONFLICT (job_id, kind, step) DO UPDATE SET {updates} "
+            "WHERE metrics.attempt <= excluded.attempt"
+        )
 
 
 def record_trainer_events(

@@ -48,6 +48,8 @@ class ArchEntry:
 
 
 _DENSE_TP = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
+# Sparse MoE: FSDP2 and LoRA; no expert-parallel path the trainer can apply yet.
+_MOE_NO_TP = ModelCapabilities(supports_tp=False, supports_ep=False)
 
 _REGISTRY: dict[str, ArchEntry] = {}
 
@@ -59,16 +61,14 @@ def register(entry: ArchEntry, *, replace: bool = False) -> None:
     _REGISTRY[entry.architecture] = entry
 
 
-_MOE_NO_TP = ModelCapabilities(supports_tp=False, supports_ep=False)
-
 for _entry in (
     ArchEntry("LlamaForCausalLM", "models.llama.model", "LlamaForCausalLM", _DENSE_TP,
               TieSupport.BOTH, "llama", config_model_types=("llama",)),
     ArchEntry("Qwen2ForCausalLM", "models.qwen2.model", "Qwen2ForCausalLM", _DENSE_TP,
-              TieSupport.BOTH, "qwen2", notes="no sliding-window layers",
+              TieSupport.BOTH, "qwen2", notes="sliding-window configs load with the HF class",
               config_model_types=("qwen2",)),
     ArchEntry("Qwen3ForCausalLM", "models.qwen3.model", "Qwen3ForCausalLM", _DENSE_TP,
-              TieSupport.BOTH, "qwen3", notes="no sliding-window layers",
+              TieSupport.BOTH, "qwen3", notes="sliding-window configs load with the HF class",
               config_model_types=("qwen3",)),
     ArchEntry("Qwen3MoeForCausalLM", "models.qwen3_moe.model", "Qwen3MoeForCausalLM",
               _MOE_NO_TP, TieSupport.UNTIED_ONLY, "qwen3_moe",

@@ -142,6 +142,7 @@ def build_model_stack(
         _restore_weights(model, ckpt, is_peft)
     distributed = recipe.get("distributed") or {}  # 6. sharding, 7. device, 8. compile
     forward_model = parallelize(model, topology, distributed, env.device, recipe.get("compile"))
+    forward_model.train()  # from_pretrained returns eval mode: dropout would stay off
     return ModelStack(tokenizer, model, forward_model, is_peft, architecture)  # 9. cp: refused
 
 

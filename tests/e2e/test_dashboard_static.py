@@ -75,3 +75,38 @@ def test_module_parses(module: Path):
         capture_output=True, text=True,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+
+
+ERROR_CASES = """
+import { ApiError, messageOf } from "JS/api.js";
+import { refusalText } from "JS/job.js";
+const conflict = new ApiError(409, { error: { code: "illegal_transition",
+  message: "cannot cancel a succeeded job", current_status: "succeeded", job_id: "j1" } });
+const invalid = new ApiError(422, { errors: [{ loc: "optimizer.lrr", msg: "unknown", fix: "lr" }] });
+const missing = new ApiError(404, { error: { code: "not_found", message: "job j2 not found" } });
+console.log(JSON.stringify({
+  conflict: [conflict.message, conflict.code, conflict.currentStatus, refusalText("cancel", conflict)],
+  invalid: [invalid.message, invalid.errors.length, refusalText("pause", invalid)],
+  missing: [missing.message, missing.currentStatus, refusalText("resume", missing)],
+  text: messageOf(502, { text: "Bad gateway" }), empty: messageOf(500, null),
+}));
+"""
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="node is not installed")
+def test_dashboard_reads_the_apis_error_shapes(tmp_path):
+    """api.js's messageOf and job.js's 409 text, run in node against the API's error bodies."""
+    import json
+
+    cases = tmp_path / "cases.mjs"
+    cases.write_text(ERROR_CASES.replace("JS/", (STATIC_DIR / "js").as_uri() + "/"))
+    result = subprocess.run(["node", "--experimental-default-type=module", str(cases)],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "conflict": ["cannot cancel a succeeded job", "illegal_transition", "succeeded",
+                     "Cannot cancel: the job is succeeded."],
+        "invalid": ["optimizer.lrr: unknown", 1, "optimizer.lrr: unknown"],
+        "missing": ["job j2 not found", None, "job j2 not found"],
+        "text": "HTTP 502: Bad gateway", "empty": "HTTP 500",
+    }  # fmt: skip

@@ -2,23 +2,27 @@
 
 const KEY = "tuneyard.apiKey";
 
+// An error answer. The API sends `{"error": {"code", "message", "current_status"?}}`, or
+// `{"errors": [{"loc", "msg", "fix"}]}` for a 422 (api/errors.py); a body that is not JSON
+// (a proxy's error page) arrives here as `{"text": ...}`.
 export class ApiError extends Error {
   constructor(status, body) {
     super(messageOf(status, body));
     this.status = status;
     this.body = body;
-    this.errors = (body && body.errors) || [];
+    this.code = body?.error?.code ?? null;
+    this.currentStatus = body?.error?.current_status ?? null; // set on a 409 about a job's state
+    this.errors = Array.isArray(body?.errors) ? body.errors : [];
   }
 }
 
-function messageOf(status, body) {
-  if (!body) return `HTTP ${status}`;
-  if (body.error && body.error.message) return body.error.message;
-  if (typeof body.detail === "string") return body.detail;
-  if (body.detail && body.detail.message) return body.detail.message;
-  if (body.message) return body.message;
-  if (body.errors && body.errors.length) return body.errors.map((e) => `${e.loc}: ${e.msg}`).join("; ");
-  return `HTTP ${status}`;
+// One line for the user: the API's message, else the field errors, else the status.
+export function messageOf(status, body) {
+  if (body?.error?.message) return body.error.message;
+  if (Array.isArray(body?.errors) && body.errors.length) {
+    return body.errors.map((e) => `${e.loc}: ${e.msg}`).join("; ");
+  }
+  return body?.text ? `HTTP ${status}: ${body.text}` : `HTTP ${status}`;
 }
 
 export const apiKey = {
@@ -48,7 +52,7 @@ export async function api(path, { method = "GET", body, query } = {}) {
   });
   const text = await response.text();
   let data = null;
-  try { data = text ? JSON.parse(text) : null; } catch { data = { detail: text }; }
+  try { data = text ? JSON.parse(text) : null; } catch { data = { text: text.slice(0, 300) }; }
   if (response.status === 401) {
     apiKey.clear();
     toLogin();

@@ -212,8 +212,13 @@ async function act(jobId, verb, view) {
     flash(`${verb} requested: job is now ${job.status}`, "info");
   } catch (err) {
     if (!(err instanceof ApiError)) throw err;
-    const current = err.body?.error?.current_status || err.body?.current_status;
-    flash(err.status === 409 ? `Cannot ${verb}: the job is ${current || "in another state"}. ${err.message}` : err.message);
+    flash(refusalText(verb, err));
   }
   view.querySelector(`#btn-${verb}`).blur();
+}
+
+// What to show when the API refused an action: a 409 names the state the job is in now.
+export function refusalText(verb, err) {
+  if (err.status === 409 && err.currentStatus) return `Cannot ${verb}: the job is ${err.currentStatus}.`;
+  return err.message;
 }

@@ -162,3 +162,33 @@ def test_stale_workers_are_marked_lost(project_id):
     state.beat()
     with session_scope() as session:
         assert session.get(Worker, "hb-worker").status == "online"
+
+
+def test_bulk_copy_path_is_idempotent_and_fenced_by_attempt(project_id):
+    from jobs.db import session_factory
+    from jobs.ingest import COPY_THRESHOLD, upsert_metrics
+    from jobs.tables import Metric
+
+    job_id = insert_job(project_id, {}, dispatch=False)
+    n = COPY_THRESHOLD + 50
+    first = [{"kind": "train", "step": s, "loss": 1.0} for s in range(1, n + 1)]
+    later = [{"kind": "train", "step": s, "loss": 0.5} for s in range(n - 9, n + 1)] * 30
+    stale = [{"kind": "train", "step": s, "loss": 9.0, "grad_norm": float("nan")}
+             for s in range(1, n + 1)]  # fmt: skip
+    with session_scope() as session:
+        upsert_metrics(session, job_id, 1, first)
+        upsert_metrics(session, job_id, 1, first)  # same transaction: the stage is emptied
+    with session_scope() as session:
+        upsert_metrics(
+            session, job_id, 2, later + [{"kind": "val", "step": 1, "val_loss": 2.0}] * 300
+        )
+    with session_scope() as session:
+        upsert_metrics(session, job_id, 1, stale)  # an older attempt never overwrites
+    assert train_steps(job_id) == list(range(1, n + 1))
+    with session_factory()() as session:
+        rows = {
+            m.step: (m.attempt, m.loss)
+            for m in session.query(Metric).filter_by(job_id=job_id, kind="train")
+        }
+        assert rows[n] == (2, 0.5) and rows[n - 10] == (1, 9.0) and rows[1] == (1, 9.0)
+        assert session.query(Metric).filter_by(job_id=job_id, kind="val").one().val_loss == 2.0
