@@ -5,7 +5,8 @@ Same config, seeded weights (native loads the HF state dict), batch, dtype and o
 the median step time per model and the ratio HF/native (>1 means native is faster), eager
 and, with --compile, under `torch.compile` (compile time excluded: warm-up steps). Both
 wall-clock and process CPU time are reported: on a shared machine the CPU-time ratio is the
-steadier measure of the work each step does.
+steadier measure of the work each step does. `--control` adds an A/A row (transformers in
+both slots) that shows how much the slot itself skews the wall-clock ratio on this host.
 
     OMP_NUM_THREADS=2 python bench/bench_native_llama.py [--steps 20] [--compile]
 """
@@ -23,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def build_pair(args: argparse.Namespace):
+def build_pair(args: argparse.Namespace, control: bool = False):
     import transformers
 
     from models import AutoModelForCausalLM
@@ -40,9 +41,9 @@ def build_pair(args: argparse.Namespace):
     )
     torch.manual_seed(0)
     hf = transformers.LlamaForCausalLM(config).to(getattr(torch, args.dtype))
-    native = AutoModelForCausalLM.from_config(config, dtype=args.dtype)
+    native = AutoModelForCausalLM.from_config(config, dtype=args.dtype, force_hf=control)
     native.load_state_dict(hf.state_dict())
-    assert native.tuneyard_backend == "native"
+    assert native.tuneyard_backend == ("hf" if control else "native")
     return hf.train(), native.train()
 
 
@@ -61,9 +62,11 @@ def make_step(model: torch.nn.Module, compile_model: bool):
     return step
 
 
-def measure(args: argparse.Namespace, compile_model: bool) -> dict[str, tuple[float, float]]:
+def measure(
+    args: argparse.Namespace, compile_model: bool, control: bool = False
+) -> dict[str, tuple[float, float]]:
     """Median (wall, process CPU) seconds per step for each model."""
-    hf, native = build_pair(args)
+    hf, native = build_pair(args, control)
     steps = {"native": make_step(native, compile_model), "hf": make_step(hf, compile_model)}
     ids = torch.randint(0, args.vocab, (args.batch, args.seq))
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in steps}
@@ -91,6 +94,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--compile", action="store_true", help="also measure torch.compile")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="also time HF against HF in the native slot: the harness's own bias (A/A)",
+    )
     args = parser.parse_args()
     print(
         f"Llama h={args.hidden} L={args.layers} heads={args.heads} vocab={args.vocab} "
@@ -98,9 +106,11 @@ def main() -> None:
         f"median of {args.steps} alternating steps"
     )
     print(f"{'mode':8s} {'clock':5s} {'native s/step':>14s} {'hf s/step':>10s} {'hf/native':>10s}")
-    modes = [("eager", False)] + ([("compile", True)] if args.compile else [])
-    for mode, compile_model in modes:
-        med = measure(args, compile_model)
+    modes = [("eager", False, False)] + ([("compile", True, False)] if args.compile else [])
+    if args.control:
+        modes.append(("control", False, True))
+    for mode, compile_model, control in modes:
+        med = measure(args, compile_model, control)
         for i, clock in enumerate(("wall", "cpu")):
             native, hf = med["native"][i], med["hf"][i]
             print(f"{mode:8s} {clock:5s} {native:14.4f} {hf:10.4f} {hf / native:10.3f}")

@@ -234,6 +234,7 @@ class AttemptSupervisor:
         """After exit: ingest until the files and the log buffer are empty (DB retried)."""
         deadline = time.monotonic() + max(60.0, self.config.lease_seconds)
         while time.monotonic() < deadline and not self.state.lease_lost:
+            self._poll_status()  # keep the lease while a database outage delays the drain
             try:
                 if self.ingest_once() == 0:
                     return
