@@ -240,6 +240,11 @@ def _adapter(model: nn.Module) -> Any:
     return getattr(_unwrap(model), "state_dict_adapter", None)
 
 
+def has_state_dict_adapter(model: nn.Module) -> bool:
+    """True when the model's names or layouts differ from Hugging Face's (e.g. MoE experts)."""
+    return _adapter(model) is not None
+
+
 def to_hf_tensors(model: nn.Module, name: str, tensor: Any) -> list[tuple[str, Any]]:
     """The Hugging Face (name, tensor) pairs for one full (gathered) tensor of `model`.
 

@@ -13,6 +13,7 @@ checkpoint back into an unsharded model, tensor by tensor.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import _CHECKPOINT_PREFIX
 from torch.distributed.tensor import DTensor
 
+from models.hooks import from_hf_state_dict, has_state_dict_adapter, to_hf_tensors
 from trainer.checkpoint.safetensors_io import (
     SafetensorsFileWriter,
     TensorEntry,
@@ -65,26 +67,48 @@ def _shard_name(index: int, count: int) -> str:
     return f"model-{index + 1:05d}-of-{count:05d}.safetensors"
 
 
+def _hf_layout(
+    model: nn.Module, items: list[tuple[str, torch.Tensor]]
+) -> tuple[list[TensorEntry], dict[str, str]]:
+    """Hugging Face entries in write order, and the native tensor each one comes from.
+
+    The model's state-dict adapter (MoE experts: one grouped tensor -> one tensor per
+    expert) is applied to meta tensors here, so the layout costs no memory.
+    """
+    entries: list[TensorEntry] = []
+    source: dict[str, str] = {}
+    for name, tensor in items:
+        meta = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device="meta")
+        for hf_name, hf_tensor in to_hf_tensors(model, name, meta):
+            entries.append(TensorEntry(hf_name, hf_tensor.dtype, tuple(hf_tensor.shape)))
+            source[hf_name] = name
+    return entries, source
+
+
 def save_consolidated_model(
     model: nn.Module, out_dir: Path, is_rank0: bool, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
 ) -> None:
     """Write `model` (plain, DDP-unwrapped, FSDP2 or TP) as a Hugging Face directory."""
     items = _unique_state(model)
-    entries = [TensorEntry(n, t.dtype, tuple(t.shape)) for n, t in items]
+    entries, source = _hf_layout(model, items)
     shards = plan_shards(entries, max_shard_bytes)
     tensors = dict(items)
     weight_map: dict[str, str] = {}
     if is_rank0:
         out_dir.mkdir(parents=True, exist_ok=True)
+    gathered_name, converted = "", {}
     for index, shard in enumerate(shards):
         file_name = _shard_name(index, len(shards))
         writer = SafetensorsFileWriter(out_dir / file_name, shard, _METADATA) if is_rank0 else None
         for entry in shard:
-            full = _full(tensors[entry.name])  # every rank joins the gather
+            native = source[entry.name]
+            if native != gathered_name:  # every rank joins the gather, once per native tensor
+                converted = {}  # drop the previous full tensor before gathering the next
+                converted = dict(to_hf_tensors(model, native, _full(tensors[native])))
+                gathered_name = native
             if writer is not None:
-                writer.write(entry.name, full)
+                writer.write(entry.name, converted[entry.name])
             weight_map[entry.name] = file_name
-            del full
         if writer is not None:
             writer.close()
     if is_rank0:
@@ -135,13 +159,21 @@ def save_lora_adapter(peft_model: nn.Module, out_dir: Path, is_rank0: bool) -> N
     peft_model.peft_config["default"].save_pretrained(str(out_dir))
 
 
+def _checkpoint_tensors(model: nn.Module, directory: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """The checkpoint's tensors under the model's own names (streamed when no adapter)."""
+    if not has_state_dict_adapter(model):
+        yield from iter_safetensors(directory)
+        return
+    yield from from_hf_state_dict(model, dict(iter_safetensors(directory))).items()
+
+
 def load_model_weights(model: nn.Module, directory: Path) -> None:
     """Copy a consolidated checkpoint into an unsharded model; any key mismatch is refused."""
     state = model.state_dict()
     expected = {name for name, _ in _unique_state(model)}
     found: set[str] = set()
     with torch.no_grad():
-        for name, tensor in iter_safetensors(directory):
+        for name, tensor in _checkpoint_tensors(model, directory):
             if name not in state:
                 raise checkpoint_error(
                     f"{directory}: tensor {name} does not exist in the model; "
