@@ -31,7 +31,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from jobs.tables import Job, JobEvent, utcnow
@@ -272,3 +272,17 @@ def _event(
         data={"rule": rule.name, **(data or {})},
         created_at=now,
     )
+
+
+def failed_attempts(session: Session, job_id: str) -> int:
+    """How many attempts of a job ended in an infrastructure failure (entered `retrying`).
+
+    `attempt` counts claims, and a pause/resume cycle is a claim too; the retry budget
+    (`max_attempts`) is spent only by failures.
+    """
+    query = (
+        select(func.count())
+        .select_from(JobEvent)
+        .where(JobEvent.job_id == job_id, JobEvent.to_status == JobStatus.RETRYING.value)
+    )
+    return int(session.execute(query).scalar_one())

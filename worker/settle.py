@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from jobs.db import session_scope
 from jobs.leases import Claim, mark_dispatched
-from jobs.states import JobStatus, TransitionRefused, lock_job, transition
+from jobs.states import JobStatus, TransitionRefused, failed_attempts, lock_job, transition
 from jobs.tables import Job
 from worker.outcome import FAILED, SUCCEEDED, Outcome
 
@@ -72,13 +72,15 @@ def retry_or_fail(session: Session, job: Job, code: str, message: str, data: dic
     attempt = job.attempt
     transition(session, job.id, "retrying", attempt=attempt, data=data,
                reason=f"attempt {attempt} failed ({code}): {message}")  # fmt: skip
-    if attempt >= job.max_attempts:
+    failures = failed_attempts(session, job.id)  # a pause or resume spends no retry
+    if failures >= job.max_attempts:
         transition(session, job.id, "failed", attempt=attempt, data=data,
-                   reason=f"{code} on attempt {attempt} of {job.max_attempts}; no attempts left",
+                   reason=f"{code}: {failures} failed attempts of {job.max_attempts} allowed",
                    error_code=code, error_message=message)  # fmt: skip
         return False
     transition(session, job.id, "queued", attempt=attempt, data=data,
-               reason=f"attempt {attempt + 1} of {job.max_attempts} resumes from LATEST")  # fmt: skip
+               reason=f"attempt {attempt + 1} resumes from LATEST "
+                      f"({failures} of {job.max_attempts} allowed failures used)")  # fmt: skip
     return True
 
 

@@ -192,3 +192,28 @@ def test_bulk_copy_path_is_idempotent_and_fenced_by_attempt(project_id):
         }
         assert rows[n] == (2, 0.5) and rows[n - 10] == (1, 9.0) and rows[1] == (1, 9.0)
         assert session.query(Metric).filter_by(job_id=job_id, kind="val").one().val_loss == 2.0
+
+
+def test_a_pause_and_resume_spend_no_retry(project_id):
+    """`attempt` counts claims; only failed attempts count against max_attempts."""
+    from jobs.states import transition
+    from worker.settle import retry_or_fail
+
+    job_id = insert_job(project_id, {}, max_attempts=2, dispatch=False)
+    _claim(job_id, "w1")
+    with session_scope() as session:
+        for status in ("running", "pausing", "paused", "queued"):
+            transition(session, job_id, status, reason="test")
+    _claim(job_id, "w1")  # attempt 2, after the pause
+    with session_scope() as session:
+        transition(session, job_id, "running", reason="test")
+        job = session.get(Job, job_id)
+        assert job.attempt == 2
+        assert retry_or_fail(session, job, "worker_lost", "gone", {}) is True
+    assert job_row(job_id).status == "queued"
+    _claim(job_id, "w2")  # attempt 3: the second failure spends the budget
+    with session_scope() as session:
+        transition(session, job_id, "running", reason="test")
+        assert retry_or_fail(session, session.get(Job, job_id), "crash", "boom", {}) is False
+    row = job_row(job_id)
+    assert (row.status, row.error_code) == ("failed", "crash")
