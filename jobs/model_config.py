@@ -170,6 +170,35 @@ _CAPABILITY_FIELDS = (
 )
 
 
+def _expert_parallel_layout_errors(
+    distributed: dict[str, Any], peft_enabled: bool
+) -> list[FieldError]:
+    """The trainer spreads experts over all data-parallel ranks: ep_size == dp_size, with
+    tp_size and dp_replicate_size 1 and no LoRA (the trainer refuses the rest too)."""
+    ep, dp = int(distributed["ep_size"]), distributed.get("dp_size")
+    if peft_enabled:
+        return [
+            FieldError(
+                "distributed.ep_size",
+                "LoRA wraps the grouped expert tensors that expert parallelism spreads",
+                "set distributed.ep_size: 1 or remove the peft section",
+            )
+        ]
+    tp = int(distributed.get("tp_size") or 1)
+    replicate = int(distributed.get("dp_replicate_size") or 1)
+    if tp == 1 and replicate == 1 and (not isinstance(dp, int) or dp == ep):
+        return []
+    fix = f"set distributed.ep_size: {dp}" if tp == replicate == 1 else "set distributed.ep_size: 1"
+    return [
+        FieldError(
+            "distributed.ep_size",
+            f"expert parallelism spreads experts over all data-parallel ranks: ep_size {ep} "
+            f"must equal dp_size ({dp}) with tp_size 1 and dp_replicate_size 1",
+            fix,
+        )
+    ]
+
+
 def capability_errors(
     architecture: str | None, distributed: dict[str, Any], peft_enabled: bool
 ) -> list[FieldError]:
@@ -187,6 +216,8 @@ def capability_errors(
                     f"set distributed.{size_field}: 1",
                 )
             )
+    if int(distributed.get("ep_size") or 1) > 1 and caps.supports_ep:
+        errors += _expert_parallel_layout_errors(distributed, peft_enabled)
     if distributed.get("sequence_parallel") and not caps.supports_sequence_parallel:
         errors.append(
             FieldError(

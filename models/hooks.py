@@ -4,7 +4,9 @@ The trainer never reaches into a model's code. It asks this module which modules
 FSDP units (`decoder_layers`), which DTensor plan shards the model for tensor parallelism
 (`tp_plan`, applied with `torch.distributed.tensor.parallel.parallelize_module`), whether
 that plan is valid for the model (`supports_tp`), and how many FLOPs a token costs
-(`model_flops_per_token`, for MFU), and how native tensor names map to the Hugging Face
+(`model_flops_per_token`, for MFU), which modules hold grouped experts that expert
+parallelism spreads over an `ep` mesh (`ep_unsupported_reason`, `apply_expert_parallel`:
+modules with a `shard_experts(mesh)` method, e.g. Qwen3-MoE's `GroupedExperts`), and how native tensor names map to the Hugging Face
 checkpoint layout when consolidating or restoring (`to_hf_tensors`, `from_hf_state_dict`;
 identity except for the Qwen3-MoE grouped experts). The hooks work for the native classes and for the
 Hugging Face Llama-style classes (Llama, Qwen2, Qwen3, Mistral), because both keep the
@@ -260,3 +262,28 @@ def from_hf_state_dict(model: nn.Module, hf_state: dict[str, Any]) -> dict[str, 
     adapter = _adapter(model)
     config = getattr(_unwrap(model), "config", None)
     return adapter.from_hf(hf_state, config) if adapter else dict(hf_state)
+
+
+def _grouped_experts(model: nn.Module) -> list[nn.Module]:
+    return [m for m in _unwrap(model).modules() if callable(getattr(m, "shard_experts", None))]
+
+
+def ep_unsupported_reason(model: nn.Module, ep_size: int) -> str | None:
+    """Why expert parallelism over `ep_size` ranks cannot apply (None when it can)."""
+    found = _grouped_experts(model)
+    if not found:
+        return f"{type(_unwrap(model)).__name__} has no grouped experts to spread over ranks"
+    counts = sorted({int(m.num_experts) for m in found})
+    if any(count % ep_size for count in counts):
+        return f"num_experts {counts[0]} is not divisible by ep_size {ep_size}"
+    return None
+
+
+def apply_expert_parallel(model: nn.Module, ep_mesh: Any) -> list[nn.Parameter]:
+    """Keep E/ep experts per rank of the 1-D `ep_mesh`; returns the expert parameters
+    (DTensors, Shard(0)), which data parallelism must leave alone. Each local expert's
+    gradient is that of the sum of all ep ranks' losses."""
+    reason = ep_unsupported_reason(model, ep_mesh.size())
+    if reason:
+        raise ValueError(f"expert parallelism unavailable: {reason}")
+    return [p for module in _grouped_experts(model) for p in module.shard_experts(ep_mesh)]

@@ -48,8 +48,8 @@ class ArchEntry:
 
 
 _DENSE_TP = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
-# Sparse MoE: FSDP2 and LoRA; no expert-parallel path the trainer can apply yet.
-_MOE_NO_TP = ModelCapabilities(supports_tp=False, supports_ep=False)
+# Sparse MoE: FSDP2, LoRA and expert parallelism (experts spread over the dp ranks).
+_MOE_NO_TP = ModelCapabilities(supports_tp=False, supports_ep=True)
 
 _REGISTRY: dict[str, ArchEntry] = {}
 

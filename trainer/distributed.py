@@ -4,7 +4,8 @@
 `python -m trainer`, forms a one-process gloo group so the same code paths (DDP, FSDP2,
 DCP) run everywhere. `build_mesh` lays ranks out as (dp_replicate, dp_shard, tp): tensor
 parallel peers are adjacent ranks and share a data-parallel rank, so they see the same
-batches.
+batches. Expert parallelism (`ep_size`) spreads MoE experts over the data-parallel ranks
+themselves: it needs ep_size == the data-parallel size (no tp, no dp_replicate).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Topology:
     dp_size: int
     dp_rank: int
     tp_size: int
+    ep_size: int = 1
 
     @property
     def dp_mesh(self) -> DeviceMesh:
@@ -100,7 +102,7 @@ def check_backend(env: DistEnv, dist_env: dict[str, Any] | None) -> None:
 
 def build_mesh(env: DistEnv, distributed: dict[str, Any]) -> Topology:
     """A ([dp_replicate,] dp_shard, tp) mesh from the normalized `distributed` section."""
-    for axis in ("pp_size", "cp_size", "ep_size"):
+    for axis in ("pp_size", "cp_size"):
         if int(distributed.get(axis) or 1) > 1:
             raise unsupported(
                 f"distributed.{axis} > 1 is not supported by this trainer yet; "
@@ -125,7 +127,20 @@ def build_mesh(env: DistEnv, distributed: dict[str, Any]) -> Topology:
     )
     replica = mesh.get_local_rank("dp_replicate") if replicate > 1 else 0
     dp_rank = replica * shard + mesh.get_local_rank("dp_shard")
-    return Topology(mesh, replicate * shard, dp_rank, tp)
+    ep = _expert_parallel_size(distributed, replicate * shard, tp, replicate)
+    return Topology(mesh, replicate * shard, dp_rank, tp, ep)
+
+
+def _expert_parallel_size(distributed: dict[str, Any], dp: int, tp: int, replicate: int) -> int:
+    """`ep_size`, which this trainer lays over all data-parallel ranks (one ep group)."""
+    ep = int(distributed.get("ep_size") or 1)
+    if ep > 1 and (tp > 1 or replicate > 1 or ep != dp):
+        raise unsupported(
+            f"distributed.ep_size {ep}: this trainer spreads experts over all data-parallel "
+            f"ranks, so ep_size must equal the data-parallel size ({dp}) with tp_size 1 and "
+            f"dp_replicate_size 1; set distributed.ep_size: {dp if tp == replicate == 1 else 1}"
+        )
+    return ep
 
 
 def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:

@@ -3,9 +3,10 @@
 One function, `parallelize`, applies the steps in a fixed order (torchtitan's order, which
 is the seed's "sharding, device placement, compile" spelled out): move to the device,
 tensor parallelism on the mesh's `tp` axis with the plan from `models.hooks.tp_plan`,
-activation checkpointing per decoder layer, then data parallelism: FSDP2 (`fully_shard`
-per decoder layer, then the root; a `MixedPrecisionPolicy` on CUDA only) or DDP. The model
-is compiled last. `clip_grad_norm` handles gradients that live on different meshes.
+expert parallelism (`models.hooks.apply_expert_parallel` over the data-parallel ranks;
+FSDP2 then leaves the expert tensors alone), activation checkpointing per decoder layer,
+then data parallelism: FSDP2 (`fully_shard` per decoder layer, then the root; a
+`MixedPrecisionPolicy` on CUDA only) or DDP. The model is compiled last. `clip_grad_norm` handles gradients that live on different meshes.
 """
 
 from __future__ import annotations
@@ -34,6 +35,24 @@ def apply_tensor_parallel(model: nn.Module, topology: Topology, sequence_paralle
         raise unsupported(f"distributed.tp_size: {reason}; set distributed.tp_size: 1")
     plan = hooks.tp_plan(model, sequence_parallel=sequence_parallel)
     parallelize_module(model, topology.tp_mesh, plan)
+
+
+def apply_expert_parallel(model: nn.Module, topology: Topology) -> set[nn.Parameter]:
+    """Spread the experts over the dp ranks; returns the expert parameters FSDP must ignore.
+
+    A local expert's gradient is that of the sum of the ep ranks' losses, while FSDP
+    averages the other gradients over the same ranks: a hook divides by ep_size so both
+    follow the trainer's loss convention (local loss x dp_size / global label count).
+    """
+    reason = hooks.ep_unsupported_reason(model, topology.ep_size)
+    if reason:
+        raise unsupported(f"distributed.ep_size: {reason}; set distributed.ep_size: 1")
+    params = hooks.apply_expert_parallel(model, topology.dp_mesh)
+    scale = 1.0 / topology.ep_size
+    for param in params:
+        if param.requires_grad:
+            param.register_hook(lambda grad: grad * scale)
+    return set(params)
 
 
 def apply_activation_checkpointing(model: nn.Module, mode: Any) -> None:
@@ -77,13 +96,22 @@ def _mp_policy(distributed: dict[str, Any], device: torch.device) -> MixedPrecis
 
 
 def apply_fsdp2(
-    model: nn.Module, topology: Topology, distributed: dict[str, Any], device: torch.device
+    model: nn.Module,
+    topology: Topology,
+    distributed: dict[str, Any],
+    device: torch.device,
+    ignored: set[nn.Parameter] | None = None,
 ) -> None:
     policy = _mp_policy(distributed, device)
-    reshard = distributed.get("reshard_after_forward")
+    options = dict(
+        mesh=topology.dp_mesh,
+        mp_policy=policy,
+        reshard_after_forward=distributed.get("reshard_after_forward"),
+        ignored_params=ignored or None,
+    )
     for layer in _layers_container(model):
-        fully_shard(layer, mesh=topology.dp_mesh, mp_policy=policy, reshard_after_forward=reshard)
-    fully_shard(model, mesh=topology.dp_mesh, mp_policy=policy, reshard_after_forward=reshard)
+        fully_shard(layer, **options)
+    fully_shard(model, **options)
 
 
 def parallelize(
@@ -97,11 +125,16 @@ def parallelize(
     model.to(device)
     if topology.tp_size > 1:
         apply_tensor_parallel(model, topology, bool(distributed.get("sequence_parallel")))
-    apply_activation_checkpointing(model, distributed.get("activation_checkpointing"))
     strategy = distributed.get("strategy", "fsdp2")
+    experts: set[nn.Parameter] = set()
+    if topology.ep_size > 1:
+        if strategy != "fsdp2":
+            raise unsupported("distributed.ep_size > 1 needs strategy: fsdp2")
+        experts = apply_expert_parallel(model, topology)
+    apply_activation_checkpointing(model, distributed.get("activation_checkpointing"))
     forward_model: nn.Module = model
     if strategy == "fsdp2":
-        apply_fsdp2(model, topology, distributed, device)
+        apply_fsdp2(model, topology, distributed, device, experts)
     elif strategy == "ddp" and topology.dp_size > 1:
         if topology.tp_size > 1:
             raise unsupported(

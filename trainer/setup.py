@@ -237,9 +237,15 @@ def _data_position(state: dict[str, Any], dp_size: int) -> dict[str, int]:
 
 
 def check_peft_parallelism(recipe: dict[str, Any]) -> None:
-    tp = int((recipe.get("distributed") or {}).get("tp_size") or 1)
+    distributed = recipe.get("distributed") or {}
+    tp = int(distributed.get("tp_size") or 1)
     if recipe.get("peft") is not None and tp > 1:
         raise unsupported(
             "peft with distributed.tp_size > 1 is not supported (LoRA layers "
             "wrap the projections the TP plan shards); set distributed.tp_size: 1"
+        )
+    if recipe.get("peft") is not None and int(distributed.get("ep_size") or 1) > 1:
+        raise unsupported(
+            "peft with distributed.ep_size > 1 is not supported (LoRA wraps the grouped "
+            "expert tensors that expert parallelism spreads); set distributed.ep_size: 1"
         )

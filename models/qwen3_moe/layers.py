@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.common.layers import _ACTIVATIONS
+from models.qwen3_moe.expert_parallel import expert_parallel_forward, shard_experts
 
 
 class TopKRouter(nn.Module):
@@ -53,6 +54,13 @@ class GroupedExperts(nn.Module):
         self.up_proj = nn.Parameter(torch.empty(experts, inter, hidden))
         self.down_proj = nn.Parameter(torch.empty(experts, hidden, inter))
         self.act_fn = _ACTIVATIONS[config.hidden_act]
+        self.ep_mesh: Any = None  # set by `shard_experts` (expert parallelism)
+        self.local_experts = (0, experts)
+
+    def shard_experts(self, mesh: Any) -> list[nn.Parameter]:
+        """Expert parallelism: keep this rank's experts on the 1-D `mesh` (see
+        `expert_parallel.py`); returns the sharded parameters."""
+        return shard_experts(self, mesh)
 
     def init_weights(self, std: float) -> None:
         for weight in (self.gate_proj, self.up_proj, self.down_proj):
@@ -62,6 +70,8 @@ class GroupedExperts(nn.Module):
         self, flat: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor
     ) -> torch.Tensor:
         """Tokens sorted by expert, one matmul chain per expert, weighted sum back per token."""
+        if self.ep_mesh is not None:
+            return expert_parallel_forward(self, flat, weights, experts)
         top_k = experts.shape[-1]
         order = experts.reshape(-1).argsort(stable=True)
         token_of = order // top_k

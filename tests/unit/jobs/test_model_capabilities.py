@@ -166,3 +166,41 @@ def test_plan_of_an_invalid_topology_has_nulls(validate, recipe):
     recipe["distributed"]["tp_size"] = 3
     plan = validate(recipe, nproc_per_node=4).plan
     assert plan["world_size"] == 4 and plan["mesh_shape"] is None and plan["dp_size"] is None
+
+
+def test_qwen3_moe_expert_parallelism_over_the_dp_ranks_is_valid(validate, recipe, data_root):
+    recipe["model"]["pretrained_model_name_or_path"] = str(
+        write_model_dir(data_root / "moe", MOE_CONFIG)
+    )
+    recipe["distributed"]["ep_size"] = 2
+    assert validate(recipe, nproc_per_node=2).valid
+
+
+@pytest.mark.parametrize(
+    ("world", "sizes", "fix"),
+    [
+        (4, {"ep_size": 2}, "set distributed.ep_size: 4"),
+        (4, {"ep_size": 2, "tp_size": 2}, "set distributed.ep_size: 1"),
+        (4, {"ep_size": 2, "dp_replicate_size": 2}, "set distributed.ep_size: 1"),
+    ],
+)
+def test_qwen3_moe_expert_parallelism_must_span_the_dp_ranks(
+    validate, recipe, data_root, world, sizes, fix
+):
+    recipe["model"]["pretrained_model_name_or_path"] = str(
+        write_model_dir(data_root / "moe", MOE_CONFIG)
+    )
+    recipe["distributed"].update(sizes)
+    result = validate(recipe, nproc_per_node=world)
+    err = error_at(result, "distributed.ep_size")
+    assert "all data-parallel ranks" in err.msg and err.fix == fix
+
+
+def test_qwen3_moe_expert_parallelism_refuses_lora(validate, recipe, data_root):
+    recipe["model"]["pretrained_model_name_or_path"] = str(
+        write_model_dir(data_root / "moe", MOE_CONFIG)
+    )
+    recipe["distributed"]["ep_size"] = 2
+    recipe["peft"] = {"match_all_linear": True, "dim": 8, "alpha": 16}
+    err = error_at(validate(recipe, nproc_per_node=2), "distributed.ep_size")
+    assert "LoRA" in err.msg and "remove the peft section" in err.fix

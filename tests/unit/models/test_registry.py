@@ -42,6 +42,8 @@ def test_moe_capabilities_follow_the_variant():
     all_dense = make_config("qwen3_moe", mlp_only_layers=[0, 1])
     assert Qwen3MoeForCausalLM.get_capabilities(all_dense).supports_tp
     assert not Qwen3MoeForCausalLM.get_capabilities(make_config("qwen3_moe")).supports_tp
+    assert Qwen3MoeForCausalLM.get_capabilities(make_config("qwen3_moe")).supports_ep
+    assert not Qwen3MoeForCausalLM.get_capabilities(all_dense).supports_ep
 
 
 def test_unknown_architecture_gets_data_parallel_only():

@@ -119,6 +119,10 @@ def test_peft_with_tensor_parallel_is_refused() -> None:
         check_peft_parallelism({"peft": {"dim": 8}, "distributed": {"tp_size": 2}})
     assert info.value.exit_code == ExitCode.UNSUPPORTED and "tp_size" in info.value.message
     check_peft_parallelism({"peft": {"dim": 8}, "distributed": {"tp_size": 1}})
+    with pytest.raises(TrainerError) as info:
+        check_peft_parallelism({"peft": {"dim": 8}, "distributed": {"ep_size": 2}})
+    assert info.value.exit_code == ExitCode.UNSUPPORTED and "ep_size" in info.value.message
+    check_peft_parallelism({"distributed": {"ep_size": 2}})
 
 
 def test_mixed_precision_policy_applies_on_cuda_only() -> None:

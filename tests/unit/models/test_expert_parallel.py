@@ -1,0 +1,91 @@
+"""Expert parallelism on 2 gloo ranks matches one process (logits, loss, every gradient).
+
+Two plain Python processes run `_ep_worker.py`: the `models.hooks.apply_expert_parallel`
+path alone, then the trainer's `parallelize` with `ep_size: 2` (experts spread, FSDP2 on
+the rest, the trainer's loss scaling and gradient-norm clipping). The ranks feed batches
+of different token counts. Single-process refusals are tested here too.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_model_configs import make_config
+
+from models import AutoModelForCausalLM
+from models.hooks import ep_unsupported_reason
+
+WORKER = Path(__file__).with_name("_ep_worker.py")
+ROOT = Path(__file__).resolve().parents[3]
+CASES = ["hooks", "trainer"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_expert_parallel_matches_single_process(tmp_path):
+    out, port = tmp_path / "result", str(_free_port())
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}:{WORKER.parent}"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(rank), "2", port, str(out), *CASES],
+            env=env,
+            cwd=ROOT,
+        )
+        for rank in range(2)
+    ]
+    for proc in procs:
+        proc.wait(timeout=240)
+    for rank in range(2):
+        lines = (tmp_path / f"result.{rank}").read_text().splitlines()
+        results = [line for line in lines if not line.startswith("    ")]
+        assert [r.split()[0] for r in results] == CASES, lines
+        failed = [line for line in lines if " FAILED " in line or line.startswith("    ")]
+        assert not failed, f"rank {rank}:\n" + "\n".join(lines)
+
+
+def test_ep_reasons_name_the_problem():
+    torch.manual_seed(0)
+    moe = AutoModelForCausalLM.from_config(make_config("qwen3_moe", num_experts=4))
+    assert ep_unsupported_reason(moe, 2) is None
+    assert "not divisible by ep_size 3" in ep_unsupported_reason(moe, 3)
+    dense = AutoModelForCausalLM.from_config(make_config("llama"))
+    assert "no grouped experts" in ep_unsupported_reason(dense, 2)
+
+
+@pytest.mark.parametrize(
+    ("distributed", "world"),
+    [({"ep_size": 2, "tp_size": 2}, 4), ({"ep_size": 2}, 4), ({"ep_size": 2}, 1)],
+)
+def test_trainer_refuses_ep_not_spanning_the_dp_ranks(distributed, world):
+    from trainer.distributed import _expert_parallel_size
+    from trainer.errors import TrainerError
+
+    tp = int(distributed.get("tp_size", 1))
+    with pytest.raises(TrainerError, match="ep_size must equal the data-parallel size"):
+        _expert_parallel_size(distributed, world // tp, tp, 1)
+
+
+@pytest.mark.parametrize(
+    ("family", "strategy", "message"),
+    [("qwen3_moe", "ddp", "needs strategy: fsdp2"), ("llama", "fsdp2", "no grouped experts")],
+)
+def test_parallelize_refuses_ep_it_cannot_apply(family, strategy, message):
+    from trainer.distributed import Topology
+    from trainer.errors import TrainerError
+    from trainer.parallelize import parallelize
+
+    model = AutoModelForCausalLM.from_config(make_config(family))
+    topology = Topology(mesh=None, dp_size=2, dp_rank=0, tp_size=1, ep_size=2)
+    distributed = {"strategy": strategy, "ep_size": 2}
+    with pytest.raises(TrainerError, match=message):
+        parallelize(model, topology, distributed, torch.device("cpu"), None)
