@@ -13,13 +13,10 @@ and the clipped gradient norm must equal the reference's.
 
 from __future__ import annotations
 
-import os
-import sys
-import traceback
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from gloo_cases import run_cases
 from torch.distributed.tensor import DTensor
 
 
@@ -109,22 +106,9 @@ def check_trainer() -> None:
     assert abs(norm - ref_norm) < 1e-4 * max(1.0, ref_norm), (norm, ref_norm)
 
 
-def main() -> None:
-    rank, world, port, out_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    lines = []
-    for case in sys.argv[5:]:
-        try:
-            {"hooks": check_hooks, "trainer": check_trainer}[case]()
-            lines.append(f"{case} ok")
-        except Exception:  # noqa: BLE001 - the failure is written for the test to show
-            lines.append(f"{case} FAILED " + traceback.format_exc().replace("\n", "\n    "))
-    with open(f"{out_path}.{rank}", "w") as f:
-        f.write("\n".join(lines))
-    dist.destroy_process_group()
+def run_case(case: str) -> None:
+    {"hooks": check_hooks, "trainer": check_trainer}[case]()
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    main()
+    run_cases(run_case)

@@ -9,12 +9,9 @@ case, "CASE ok" or "CASE FAILED <traceback>", to OUT.rank.
 
 from __future__ import annotations
 
-import os
-import sys
-import traceback
-
 import torch
 import torch.distributed as dist
+from gloo_cases import run_cases
 
 
 def build(backend: str, tied: bool) -> torch.nn.Module:
@@ -82,26 +79,13 @@ def check_fsdp(family: str) -> None:
         )
 
 
-def main() -> None:
-    rank, world, port, out_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    lines = []
-    for case in sys.argv[5:]:
-        kind, *args = case.split(":")
-        try:
-            if kind == "fsdp":
-                check_fsdp(args[0])
-            else:
-                check(args[0], args[1] == "1", args[2] == "1")
-            lines.append(f"{case} ok")
-        except Exception:  # noqa: BLE001 - the failure is written for the test to show
-            lines.append(f"{case} FAILED " + traceback.format_exc().replace("\n", "\n    "))
-    with open(f"{out_path}.{rank}", "w") as f:
-        f.write("\n".join(lines))
-    dist.destroy_process_group()
+def run_case(case: str) -> None:
+    kind, *args = case.split(":")
+    if kind == "fsdp":
+        check_fsdp(args[0])
+    else:
+        check(args[0], args[1] == "1", args[2] == "1")
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    main()
+    run_cases(run_case)

@@ -8,49 +8,22 @@ of different token counts. Single-process refusals are tested here too.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from gloo_cases import assert_cases_pass_on_two_ranks
 from tiny_model_configs import make_config
 
 from models import AutoModelForCausalLM
 from models.hooks import ep_unsupported_reason
 
 WORKER = Path(__file__).with_name("_ep_worker.py")
-ROOT = Path(__file__).resolve().parents[3]
 CASES = ["hooks", "trainer"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_expert_parallel_matches_single_process(tmp_path):
-    out, port = tmp_path / "result", str(_free_port())
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}:{WORKER.parent}"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(rank), "2", port, str(out), *CASES],
-            env=env,
-            cwd=ROOT,
-        )
-        for rank in range(2)
-    ]
-    for proc in procs:
-        proc.wait(timeout=240)
-    for rank in range(2):
-        lines = (tmp_path / f"result.{rank}").read_text().splitlines()
-        results = [line for line in lines if not line.startswith("    ")]
-        assert [r.split()[0] for r in results] == CASES, lines
-        failed = [line for line in lines if " FAILED " in line or line.startswith("    ")]
-        assert not failed, f"rank {rank}:\n" + "\n".join(lines)
+    assert_cases_pass_on_two_ranks(WORKER, CASES, tmp_path)
 
 
 def test_ep_reasons_name_the_problem():
