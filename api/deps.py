@@ -20,8 +20,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import ApiError
-from jobs.auth import Principal, default_principal, verify_key
-from jobs.settings import Settings
+from jobs.store.api_keys import Principal, default_principal, verify_key
+from jobs.store.settings import Settings
 
 bearer = HTTPBearer(auto_error=False, description="An API key from `tuneyard keys create`.")
 

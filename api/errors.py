@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from jobs.errors import FieldError
+from jobs.recipe.errors import FieldError
 
 log = logging.getLogger("tuneyard.api")
 

@@ -20,8 +20,8 @@ from sqlalchemy.orm import sessionmaker
 from api.errors import install_error_handlers
 from api.prometheus import MetricsMiddleware, RequestStats
 from api.routes import jobs, system, telemetry
-from jobs.db import database_url, get_engine
-from jobs.settings import Settings, get_settings
+from jobs.store.engine import database_url, get_engine
+from jobs.store.settings import Settings, get_settings
 
 log = logging.getLogger("tuneyard.api")
 

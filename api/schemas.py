@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from jobs.states import JobStatus
+from jobs.orchestration.states import JobStatus
 
 LabelKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-/]{1,63}$")]
 LabelValue = Annotated[str, StringConstraints(max_length=200)]

@@ -1,6 +1,6 @@
 """From a `JobCreate` body to a stored, queued job: validation, queue choice, enqueue.
 
-Validation is `jobs.validation.validate_job`, the same code `tuneyard validate` runs; its
+Validation is `jobs.recipe.validation.validate_job`, the same code `tuneyard validate` runs; its
 FieldErrors become the 422 body. The broker only hears about a job after its row is
 committed; when the broker refuses, the job stays `queued` with no `dispatched_at` and the
 reconciler sends it later.
@@ -16,11 +16,11 @@ from sqlalchemy.orm import Session
 
 from api.errors import InvalidRequest
 from api.schemas import JobCreate
-from jobs import store
-from jobs.errors import FieldError
-from jobs.settings import Settings
-from jobs.tables import Job
-from jobs.validation import validate_job
+from jobs.recipe.errors import FieldError
+from jobs.recipe.validation import validate_job
+from jobs.store import queries as store
+from jobs.store.settings import Settings
+from jobs.store.tables import Job
 
 log = logging.getLogger("tuneyard.api")
 BAD_TEXT = "contains a NUL character or invalid unicode"
@@ -119,7 +119,7 @@ def _default_name(recipe: dict[str, Any]) -> str:
 
 def enqueue(session: Session, job: Job, settings: Settings) -> bool:
     """Send the committed job to the broker; on failure log it and leave the job queued."""
-    from jobs.dispatch import enqueue_job
+    from jobs.broker import enqueue_job
 
     try:
         enqueue_job(job.id, job.queue, settings)

@@ -27,8 +27,8 @@ def load_metrics(url: str, rows: int) -> str:
     """A job with `rows` train records, written with COPY; returns its id."""
     from sqlalchemy.orm import Session
 
-    from jobs.db import make_engine
-    from jobs.tables import Job, Project
+    from jobs.store.engine import make_engine
+    from jobs.store.tables import Job, Project
 
     engine = make_engine(url)
     with Session(engine) as session:

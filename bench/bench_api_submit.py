@@ -76,9 +76,9 @@ def write_assets(root: Path) -> dict:
 @contextlib.contextmanager
 def api_server(url: str, tmp: Path) -> Iterator[tuple[str, str]]:
     """A migrated database, a submit key and a running uvicorn; yields (base_url, key)."""
-    from jobs.auth import create_api_key
-    from jobs.db import session_scope, upgrade_database
-    from jobs.settings import Settings
+    from jobs.store.api_keys import create_api_key
+    from jobs.store.engine import session_scope, upgrade_database
+    from jobs.store.settings import Settings
 
     env = {**os.environ, "TUNEYARD_DATABASE_URL": url, "TUNEYARD_BROKER_URL": REDIS_URL,
            "TUNEYARD_HOME": str(tmp / "home"), "TUNEYARD_DATA_ROOTS": str(tmp),

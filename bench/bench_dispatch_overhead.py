@@ -28,7 +28,7 @@ REDIS_URL = "redis://127.0.0.1:6379/2"
 
 
 def tiny_recipe(base: Path, max_steps: int) -> dict:
-    from jobs.validation import validate_job
+    from jobs.recipe.validation import validate_job
     from trainer.assets import build_tiny_llama, write_instruction_jsonl
 
     model = build_tiny_llama(base / "model")
@@ -80,8 +80,8 @@ def through_service(client, recipe: dict, parts: list[tuple[float, float]]) -> f
     (POST -> torchrun started, record written -> visible in PostgreSQL) to `parts`."""
     from sqlalchemy import select
 
-    from jobs.db import session_factory
-    from jobs.tables import Job, Metric
+    from jobs.store.engine import session_factory
+    from jobs.store.tables import Job, Metric
 
     factory = session_factory()
     start, posted_at = time.perf_counter(), time.time()
@@ -130,7 +130,7 @@ def main() -> None:
     redis.Redis.from_url(REDIS_URL).flushdb()
     worker = None
     try:
-        from jobs.tables import Base
+        from jobs.store.tables import Base
 
         Base.metadata.create_all(create_engine(env["TUNEYARD_DATABASE_URL"]))
         recipe = tiny_recipe(base, args.steps)
@@ -175,7 +175,7 @@ def main() -> None:
         if worker is not None:
             os.killpg(worker.pid, signal.SIGTERM)
             worker.wait(30)
-        from jobs.db import dispose_engines
+        from jobs.store.engine import dispose_engines
 
         dispose_engines()
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:

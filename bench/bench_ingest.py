@@ -33,8 +33,8 @@ def sample(step: int) -> dict:
 
 
 def new_job(project_id: int) -> str:
-    from jobs.db import session_scope
-    from jobs.tables import Job
+    from jobs.store.engine import session_scope
+    from jobs.store.tables import Job
 
     with session_scope() as session:
         job = Job(project_id=project_id, name="bench", resources={}, queue="cpu")
@@ -45,8 +45,8 @@ def new_job(project_id: int) -> str:
 
 def worker_path(project_id: int, lines: Path, records: int) -> float:
     """Seconds for the supervisor's ingestion loop to move every record into the table."""
-    from jobs.db import session_scope
-    from jobs.leases import claim_job
+    from jobs.store.engine import session_scope
+    from jobs.store.leases import claim_job
     from worker.config import WorkerConfig
     from worker.launcher import LaunchSpec
     from worker.supervisor import AttemptSupervisor
@@ -96,8 +96,8 @@ def main() -> None:
     url = f"postgresql://postgres@127.0.0.1:5432/{name}"
     os.environ["TUNEYARD_DATABASE_URL"] = url
     try:
-        from jobs.db import session_scope
-        from jobs.tables import Base, Project
+        from jobs.store.engine import session_scope
+        from jobs.store.tables import Base, Project
 
         engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
         Base.metadata.create_all(engine)
@@ -124,7 +124,7 @@ def main() -> None:
         )
         print(f"ratio worker/COPY: {c / w:.2f}")
     finally:
-        from jobs.db import dispose_engines
+        from jobs.store.engine import dispose_engines
 
         dispose_engines()
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:

@@ -87,7 +87,7 @@ def override_strings(tokens: list[str]) -> list[str]:
     """CLI override tokens as the API's `a.b=v` strings, read as `tuneyard validate` reads them.
 
     `--a.b v`, `--a.b=v` and `a.b=v` keep the value's text; a bare `--flag` (last, or before
-    another `--`) is `flag=true`. The grammar is jobs.overrides.parse_overrides': anything it
+    another `--`) is `flag=true`. The grammar is jobs.recipe.overrides.parse_overrides': anything it
     would refuse is kept as typed, so `check_overrides` names it.
     """
     strings, i = [], 0
@@ -107,8 +107,8 @@ def override_strings(tokens: list[str]) -> list[str]:
 
 def check_overrides(strings: list[str]) -> None:
     """Refuse malformed overrides before any request, with the validator's own errors."""
-    from jobs.errors import RecipeInvalid
-    from jobs.overrides import parse_overrides
+    from jobs.recipe.errors import RecipeInvalid
+    from jobs.recipe.overrides import parse_overrides
 
     try:
         parse_overrides(strings)

@@ -252,7 +252,7 @@ def demo(
     max_steps: Annotated[int, typer.Option(help="Training steps.")] = 300,
 ) -> None:
     """Train a tiny model end to end on this machine and show where its checkpoint is."""
-    from jobs.settings import get_settings
+    from jobs.store.settings import get_settings
 
     home = get_settings().home
     directory = home / "demo"

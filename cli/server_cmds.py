@@ -18,8 +18,8 @@ def migrate(
     wait: float = typer.Option(0.0, help="Wait up to this many seconds for the database."),
 ) -> None:
     """Upgrade the database schema (alembic upgrade head)."""
-    from jobs.db import database_url, upgrade_database, wait_for_database
-    from jobs.settings import get_settings
+    from jobs.store.engine import database_url, upgrade_database, wait_for_database
+    from jobs.store.settings import get_settings
 
     settings = get_settings()
     where = database_url(settings).split("@")[-1]
@@ -50,8 +50,8 @@ def create_key(
     role: str = typer.Option(..., help="admin, submit or read."),
 ) -> None:
     """Create an API key and print it (shown once)."""
-    from jobs.auth import check_role, create_api_key
-    from jobs.db import session_scope
+    from jobs.store.api_keys import check_role, create_api_key
+    from jobs.store.engine import session_scope
 
     try:
         check_role(role)
@@ -68,8 +68,8 @@ def create_key(
 @keys_app.command("revoke")
 def revoke_key(key_id: int = typer.Argument(..., help="The key's id.")) -> None:
     """Revoke an API key by id."""
-    from jobs.auth import revoke_api_key
-    from jobs.db import session_scope
+    from jobs.store.api_keys import revoke_api_key
+    from jobs.store.engine import session_scope
 
     with session_scope() as session:
         revoked = revoke_api_key(session, key_id)

@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from jobs.validation import ValidationResult, validate_job
+from jobs.recipe.validation import ValidationResult, validate_job
 
 EXIT_INVALID = 2
 

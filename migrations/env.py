@@ -1,6 +1,6 @@
-"""Alembic environment: the URL comes from the Alembic config or `jobs.settings`.
+"""Alembic environment: the URL comes from the Alembic config or `jobs.store.settings`.
 
-`tuneyard migrate` (and `jobs.db.upgrade_database`) pass the URL explicitly; plain
+`tuneyard migrate` (and `jobs.store.engine.upgrade_database`) pass the URL explicitly; plain
 `alembic upgrade head` from the repo root falls back to `TUNEYARD_DATABASE_URL` or the
 embedded SQLite default. SQLite runs in batch mode so later ALTERs work there too.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 from alembic import context
 from sqlalchemy.pool import NullPool
 
-from jobs.db import database_url, make_engine
-from jobs.tables import Base
+from jobs.store.engine import database_url, make_engine
+from jobs.store.tables import Base
 
 config = context.config
 _has_ini = config.config_file_name and Path(config.config_file_name).exists()

@@ -2,7 +2,7 @@
 
 Validates the recipe with the same code as `tuneyard validate` (invalid: errors printed,
 exit 2 before any model is built), joins the process group, sets the run up and trains.
-Every ending maps to an exit code of `jobs.exit_codes` and, on rank 0, to a `failed` or
+Every ending maps to an exit code of `jobs.recipe.exit_codes` and, on rank 0, to a `failed` or
 `finished`/`preempted` event in `D/events.jsonl`; user errors print one clear line.
 """
 
@@ -14,7 +14,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from jobs.exit_codes import FAILURE_CODES, ExitCode
+from jobs.recipe.exit_codes import FAILURE_CODES, ExitCode
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -25,7 +25,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def validated_recipe(recipe_path: Path, overrides: list[str], run_dir: Path) -> dict | None:
-    from jobs.validation import validate_job
+    from jobs.recipe.validation import validate_job
     from trainer.distributed import resources_from_env
 
     result = validate_job(recipe_path, overrides, resources_from_env())

@@ -1,6 +1,6 @@
 """Builders: the recipe's sections turned into objects, through the `_target_` allowlist.
 
-Every `_target_` section goes through `jobs.targets.build` (the only place a name becomes
+Every `_target_` section goes through `jobs.recipe.targets.build` (the only place a name becomes
 a callable); the trainer injects what only it knows (the tokenizer, the parameters, the
 optimizer, `max_steps`). Bad user inputs surface here as `TrainerError`s: a tokenizer
 that cannot be read, a tokenizer larger than the model's vocabulary, fp8/QAT on a machine
@@ -16,9 +16,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from jobs import targets
-from jobs.errors import RecipeInvalid
-from jobs.exit_codes import ExitCode
+from jobs.recipe import targets
+from jobs.recipe.errors import RecipeInvalid
+from jobs.recipe.exit_codes import ExitCode
 from trainer.data.collate import Collator, PackedDataset
 from trainer.data.sampler import ResumableBatchSampler
 from trainer.errors import TrainerError, data_error, unsupported
@@ -26,7 +26,7 @@ from trainer.loss import MaskedCrossEntropy
 
 
 def build_target(section: dict[str, Any], loc: str, **injected: Any) -> Any:
-    """`jobs.targets.build`, with recipe errors and user-input errors mapped to exit codes.
+    """`jobs.recipe.targets.build`, with recipe errors and user-input errors mapped to exit codes.
 
     A callable refusing its arguments is a recipe error (exit 2); a dataset or model that
     cannot read its files is a data error (exit 3).

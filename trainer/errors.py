@@ -8,7 +8,7 @@ matching failure code and exits with `exit_code`, never with a traceback.
 
 from __future__ import annotations
 
-from jobs.exit_codes import ExitCode
+from jobs.recipe.exit_codes import ExitCode
 
 
 class TrainerError(Exception):

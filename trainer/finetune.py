@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from jobs.exit_codes import ExitCode
+from jobs.recipe.exit_codes import ExitCode
 from trainer.checkpoint import consolidate, manager
 from trainer.distributed import all_reduce_sum
 from trainer.errors import TrainerError

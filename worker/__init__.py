@@ -2,14 +2,14 @@
 
 Contract (the rest of tuneyard relies on these, and only these):
 - A broker message is `tuneyard.run_job(job_id)` on a queue named for a resource class
-  (`cpu`, `gpu-1`, `gpu-8`); `jobs.dispatch.enqueue_job` sends it. The message is a hint:
-  `jobs.leases.claim_job` decides in the database who runs an attempt, and the attempt
+  (`cpu`, `gpu-1`, `gpu-8`); `jobs.broker.enqueue_job` sends it. The message is a hint:
+  `jobs.store.leases.claim_job` decides in the database who runs an attempt, and the attempt
   number fences every later write (`worker.supervisor`, `worker.settle`).
 - Per attempt the worker writes `<runs_dir>/<job>/recipe.yaml`, starts
   `torchrun ... -m trainer --recipe ... --run-dir ...` (`worker.launcher`), ingests
-  `metrics.jsonl`, `events.jsonl` and stdout/stderr within a second (`jobs.ingest`), obeys
+  `metrics.jsonl`, `events.jsonl` and stdout/stderr within a second (`jobs.store.ingest`), obeys
   `cancelling` / `pausing` within the poll interval, and settles the outcome through
-  `jobs.states.transition` (`worker.outcome` maps exit codes and trainer events).
+  `jobs.orchestration.states.transition` (`worker.outcome` maps exit codes and trainer events).
 - `tuneyard scheduler` (`worker.reconciler`) takes over expired leases, re-sends queued
   jobs the broker lost, and marks silent workers lost. Multi-node gangs: `worker.gang`.
 - The worker never imports `trainer`, `models` or torch: training is a subprocess.

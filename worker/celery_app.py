@@ -13,7 +13,7 @@ import logging
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
 
-from jobs.dispatch import broker_url_for, celery_config
+from jobs.broker import broker_url_for, celery_config
 
 _broker = broker_url_for()
 app = Celery("tuneyard")

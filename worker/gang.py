@@ -3,7 +3,7 @@
 The worker that claims a job with `nnodes > 1` takes slot 0, picks a free port for torchrun's
 c10d rendezvous on its own address, records both as a `gang_slot` event, and sends
 `nnodes - 1` more messages for the job. Each worker that receives one joins the current
-attempt's gang (`jobs.leases.take_gang_slot`) and reads the endpoint from slot 0. Nobody
+attempt's gang (`jobs.store.leases.take_gang_slot`) and reads the endpoint from slot 0. Nobody
 starts torchrun until every slot is taken; a gang that does not fill in time is an
 infrastructure failure of the attempt (retried).
 """
@@ -14,8 +14,8 @@ import socket
 import time
 from collections.abc import Callable
 
-from jobs.db import session_scope
-from jobs.leases import gang_slots, job_attempt_status
+from jobs.store.engine import session_scope
+from jobs.store.leases import gang_slots, job_attempt_status
 
 
 def free_port(host: str) -> int:

@@ -2,7 +2,7 @@
 
 torchrun reports a failed rank as its own exit code 1, so the trainer's `failed` event
 (`code`, `exit_code`, `message`) is the better witness; the exit code is the fallback.
-User errors (jobs.exit_codes.USER_ERRORS) fail the job at once; everything else (crash,
+User errors (jobs.recipe.exit_codes.USER_ERRORS) fail the job at once; everything else (crash,
 killed rank, rendezvous timeout, preemption) is an infrastructure error, retried as a new
 attempt that resumes from LATEST while attempts remain.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.exit_codes import FAILURE_CODES, ExitCode, is_user_error
+from jobs.recipe.exit_codes import FAILURE_CODES, ExitCode, is_user_error
 
 SUCCEEDED, FAILED, RETRY = "succeeded", "failed", "retry"
 

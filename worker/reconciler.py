@@ -19,11 +19,11 @@ import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from jobs.db import session_scope
-from jobs.leases import expired_leases, mark_lost_workers, stale_queued_jobs
-from jobs.settings import get_settings
-from jobs.states import JobStatus, TransitionRefused, transition
-from jobs.tables import utcnow
+from jobs.orchestration.states import JobStatus, TransitionRefused, transition
+from jobs.store.engine import session_scope
+from jobs.store.leases import expired_leases, mark_lost_workers, stale_queued_jobs
+from jobs.store.settings import get_settings
+from jobs.store.tables import utcnow
 from worker.config import WorkerConfig, get_worker_config
 from worker.settle import dispatch_after_commit, retry_or_fail
 

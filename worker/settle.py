@@ -1,7 +1,7 @@
 """Writing how an attempt ended, and re-queueing a job for its next attempt.
 
 Shared by the supervisor (an attempt it ran ended) and the reconciler (an attempt's lease
-expired). Every write goes through `jobs.states.transition` with the attempt number, so a
+expired). Every write goes through `jobs.orchestration.states.transition` with the attempt number, so a
 worker that lost its job cannot settle it; an infrastructure failure becomes `retrying`,
 then `queued` for a new attempt (which resumes from LATEST) while attempts remain, else
 `failed`. The job id is sent to the broker only after the commit.
@@ -13,10 +13,16 @@ import logging
 
 from sqlalchemy.orm import Session
 
-from jobs.db import session_scope
-from jobs.leases import Claim, mark_dispatched
-from jobs.states import JobStatus, TransitionRefused, failed_attempts, lock_job, transition
-from jobs.tables import Job
+from jobs.orchestration.states import (
+    JobStatus,
+    TransitionRefused,
+    failed_attempts,
+    lock_job,
+    transition,
+)
+from jobs.store.engine import session_scope
+from jobs.store.leases import Claim, mark_dispatched
+from jobs.store.tables import Job
 from worker.outcome import FAILED, SUCCEEDED, Outcome
 
 log = logging.getLogger("tuneyard.worker")
@@ -86,7 +92,7 @@ def retry_or_fail(session: Session, job: Job, code: str, message: str, data: dic
 
 def dispatch_after_commit(job_id: str, queue: str) -> bool:
     """Send the job id to the broker and note it; False leaves it to the reconciler."""
-    from jobs.dispatch import enqueue_job
+    from jobs.broker import enqueue_job
 
     try:
         enqueue_job(job_id, queue)

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-from jobs.db import session_scope
-from jobs.leases import record_heartbeat
+from jobs.store.engine import session_scope
+from jobs.store.leases import record_heartbeat
 from worker.config import WorkerConfig, get_worker_config
 
 log = logging.getLogger("tuneyard.worker")

@@ -6,7 +6,7 @@ transaction (node 0 only; other gang nodes store their logs); every `poll_second
 renews the lease and reads the job's status, which is how a cancel or pause request
 arrives. A request sends SIGTERM to every process of the attempt and SIGKILL after the
 grace period. When torchrun exits, the files are drained and the outcome is written through
-`jobs.states.transition` with the attempt as fencing token. Database errors are logged and
+`jobs.orchestration.states.transition` with the attempt as fencing token. Database errors are logged and
 retried: records wait in the files, log lines in memory.
 """
 
@@ -21,10 +21,10 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from jobs.db import session_scope
-from jobs.ingest import append_logs, record_trainer_events, upsert_checkpoints, upsert_metrics
-from jobs.leases import Claim, holds_lease, job_attempt_status, renew_lease
-from jobs.states import TransitionRefused, transition
+from jobs.orchestration.states import TransitionRefused, transition
+from jobs.store.engine import session_scope
+from jobs.store.ingest import append_logs, record_trainer_events, upsert_checkpoints, upsert_metrics
+from jobs.store.leases import Claim, holds_lease, job_attempt_status, renew_lease
 from worker import proctree
 from worker.config import WorkerConfig
 from worker.launcher import LaunchSpec, build_command, start_attempt, write_recipe

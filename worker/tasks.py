@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from jobs.db import session_scope
-from jobs.leases import Claim, claim_job, renew_lease, take_gang_slot
-from jobs.settings import get_settings
+from jobs.store.engine import session_scope
+from jobs.store.leases import Claim, claim_job, renew_lease, take_gang_slot
+from jobs.store.settings import get_settings
 from worker.celery_app import app
 from worker.config import WorkerConfig, get_worker_config
 from worker.gang import free_port, wait_for_gang

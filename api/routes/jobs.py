@@ -22,11 +22,16 @@ from api.schemas import (
     ValidationErrors,
 )
 from api.submission import check_request, enqueue, new_job
-from jobs import store
-from jobs.auth import Principal
-from jobs.errors import FieldError
-from jobs.states import IllegalTransition, JobStatus, available_controls, request_control
-from jobs.tables import Job
+from jobs.orchestration.states import (
+    IllegalTransition,
+    JobStatus,
+    available_controls,
+    request_control,
+)
+from jobs.recipe.errors import FieldError
+from jobs.store import queries as store
+from jobs.store.api_keys import Principal
+from jobs.store.tables import Job
 
 router = APIRouter(prefix="/v1", tags=["jobs"], route_class=ReleasingRoute)
 

@@ -15,10 +15,10 @@ from api.deps import Admin, Reader, ReleasingRoute, SessionDep
 from api.prometheus import gauge
 from api.routes.jobs import AUTH_ERRORS, INVALID
 from api.schemas import Health, KeyCreate, KeyCreated, ModelPublic, ModelsPublic
-from jobs import store
-from jobs.auth import create_api_key
-from jobs.dispatch import DEFAULT_QUEUES
-from jobs.settings import Settings
+from jobs.broker import DEFAULT_QUEUES
+from jobs.store import queries as store
+from jobs.store.api_keys import create_api_key
+from jobs.store.settings import Settings
 from models.registry import registered_architectures
 
 router = APIRouter(tags=["service"], route_class=ReleasingRoute)
@@ -62,7 +62,7 @@ def _check_broker(settings: Settings) -> str:
         except Exception as exc:  # connection refused, timeout, auth: all "not ready"
             return f"unreachable: {type(exc).__name__}"
     # the embedded SQLite broker (or another kombu transport): open a connection
-    from jobs.dispatch import broker_reachable
+    from jobs.broker import broker_reachable
 
     return "ok" if broker_reachable(settings) else "unreachable"
 

@@ -23,8 +23,8 @@ from api.schemas import (
     MetricsPublic,
 )
 from api.sse import SSE_HEADERS, Fetch, last_event_id, stream_rows
-from jobs import store
-from jobs.tables import Job, JobLog
+from jobs.store import queries as store
+from jobs.store.tables import Job, JobLog
 
 router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["telemetry"], route_class=ReleasingRoute)
 

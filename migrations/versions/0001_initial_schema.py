@@ -5,7 +5,7 @@ Revises:
 Create Date: 2026-11-29
 
 Runs on PostgreSQL (JSONB, BIGINT ids, timestamptz) and SQLite (JSON text, INTEGER rowid
-primary keys so ids auto-increment). Constraint names follow jobs.tables.NAMING_CONVENTION.
+primary keys so ids auto-increment). Constraint names follow jobs.store.tables.NAMING_CONVENTION.
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ class Stack:
 
     @property
     def settings(self):
-        from jobs.settings import Settings
+        from jobs.store.settings import Settings
 
         return Settings(home=self.home, database_url=self.database_url, broker_url=REDIS_URL)
 
@@ -187,8 +187,8 @@ class Stack:
 
     def drive(self, job_id: str, *states: str, **fields) -> None:
         """Move a job through `states` with the state machine's own transition function."""
-        from jobs.db import session_scope
-        from jobs.states import transition
+        from jobs.orchestration.states import transition
+        from jobs.store.engine import session_scope
 
         for state in states:
             with session_scope(self.settings) as session:
@@ -203,8 +203,8 @@ def stack(request, tmp_path_factory) -> Iterator[Stack]:
         pytest.skip(reason)
     import redis
 
-    from jobs.auth import create_api_key
-    from jobs.db import dispose_engines, session_scope, upgrade_database
+    from jobs.store.api_keys import create_api_key
+    from jobs.store.engine import dispose_engines, session_scope, upgrade_database
 
     name = f"tuneyard_e2e_{request.module.__name__.rsplit('.', 1)[-1].removeprefix('test_')}"
     recreate_database(name)

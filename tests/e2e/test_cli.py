@@ -92,8 +92,8 @@ def test_wait_times_out_with_exit_4(stack, recipe_file):
 
 
 def test_watch_renders_progress_without_a_tty(stack, recipe_file):
-    from jobs.db import session_scope
-    from jobs.ingest import upsert_metrics
+    from jobs.store.engine import session_scope
+    from jobs.store.ingest import upsert_metrics
 
     job_id = submit_job(stack, recipe_file, "watched")
     stack.drive(job_id, "starting", "running")
@@ -173,8 +173,8 @@ def test_read_commands_print_json(stack, recipe_file):
 
 
 def test_logs_prints_the_job_log(stack, recipe_file):
-    from jobs.db import session_scope
-    from jobs.ingest import append_logs
+    from jobs.store.engine import session_scope
+    from jobs.store.ingest import append_logs
 
     job_id = submit_job(stack, recipe_file, "logged")
     with session_scope(stack.settings) as session:

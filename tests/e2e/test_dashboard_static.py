@@ -23,7 +23,7 @@ MODULES = sorted((STATIC_DIR / "js").glob("*.js"))
 @pytest.fixture(scope="module")
 def client(tmp_path_factory) -> TestClient:
     from api.main import create_app
-    from jobs.settings import Settings
+    from jobs.store.settings import Settings
 
     home = tmp_path_factory.mktemp("home")
     return TestClient(create_app(Settings(home=home, auth="on")))

@@ -16,8 +16,8 @@ import pytest
 
 from cli.client_cmds import override_strings, report_error
 from cli.http_client import ClientError, ExitCode, error_from_response, items_of
-from jobs.errors import RecipeInvalid
-from jobs.overrides import parse_overrides
+from jobs.recipe.errors import RecipeInvalid
+from jobs.recipe.overrides import parse_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -40,13 +40,13 @@ TRAINER_FORBIDDEN = {
     "httpx",
 }
 TRAINER_FORBIDDEN_JOBS = {
-    "jobs.db",
-    "jobs.tables",
-    "jobs.store",
-    "jobs.leases",
-    "jobs.ingest",
-    "jobs.dispatch",
-    "jobs.auth",
+    "jobs.store.engine",
+    "jobs.store.tables",
+    "jobs.store.queries",
+    "jobs.store.leases",
+    "jobs.store.ingest",
+    "jobs.broker",
+    "jobs.store.api_keys",
 }
 
 
@@ -181,7 +181,12 @@ def test_the_walker_sees_lazy_relative_and_type_checking_imports(tmp_path, monke
         "def f():\n    import celery\n"
     )
     found = {(i.module, i.module_level) for i in imports_of("jobs")}
-    assert found == {("typing", True), ("torch", True), ("jobs.tables", True), ("celery", False)}
+    assert found == {
+        ("typing", True),
+        ("torch", True),
+        ("jobs.store.tables", True),
+        ("celery", False),
+    }
     assert [i.module for i in imports_of("jobs") if jobs_violation(i)] == ["torch"]
 
 
@@ -190,8 +195,8 @@ def test_validation_and_the_api_path_load_no_torch():
     import subprocess
 
     code = (
-        "import sys, cli.main, jobs.validation, models.registry\n"
-        "from jobs.validation import validate_job\n"
+        "import sys, cli.main, jobs.recipe.validation, models.registry\n"
+        "from jobs.recipe.validation import validate_job\n"
         "validate_job({'model': {}}, ['--a.b', '1'])\n"
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(TORCH_STACK)!r})\n"
         "print(bad)\n"

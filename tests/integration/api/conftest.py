@@ -23,9 +23,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.main import create_app
-from jobs.auth import create_api_key
-from jobs.db import dispose_engines, get_engine, upgrade_database
-from jobs.settings import Settings
+from jobs.store.api_keys import create_api_key
+from jobs.store.engine import dispose_engines, get_engine, upgrade_database
+from jobs.store.settings import Settings
 from trainer.assets import write_squad_dir
 
 REDIS_URL = "redis://127.0.0.1:6379/1"

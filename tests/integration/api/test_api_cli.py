@@ -16,8 +16,8 @@ from api_test_support import create_pg_database, drop_pg_database
 from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 
-from jobs.auth import verify_key
-from jobs.db import make_engine
+from jobs.store.api_keys import verify_key
+from jobs.store.engine import make_engine
 
 REPO = Path(__file__).resolve().parents[3]
 

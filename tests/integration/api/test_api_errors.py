@@ -16,7 +16,7 @@ def test_missing_and_unknown_keys_are_401(client) -> None:
 
 
 def test_revoked_key_is_401(client, stack) -> None:
-    from jobs.auth import create_api_key, revoke_api_key
+    from jobs.store.api_keys import create_api_key, revoke_api_key
 
     with stack.session() as s:
         key, raw = create_api_key(s, stack.project, "read")

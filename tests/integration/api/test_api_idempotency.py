@@ -9,7 +9,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from jobs.tables import Job
+from jobs.store.tables import Job
 
 
 def test_same_key_and_body_returns_the_same_job(client, stack, body) -> None:

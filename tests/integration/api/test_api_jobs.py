@@ -7,8 +7,8 @@ import uuid
 
 from sqlalchemy import select
 
-from jobs.states import transition
-from jobs.tables import Job
+from jobs.orchestration.states import transition
+from jobs.store.tables import Job
 
 
 def submit(client, stack, body, role="submit", **headers):

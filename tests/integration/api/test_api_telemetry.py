@@ -7,8 +7,8 @@ import math
 import pytest
 from sqlalchemy import insert
 
-from jobs.states import transition
-from jobs.tables import Checkpoint, JobLog, Metric
+from jobs.orchestration.states import transition
+from jobs.store.tables import Checkpoint, JobLog, Metric
 
 
 def new_job(client, stack, body) -> str:

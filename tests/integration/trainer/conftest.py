@@ -8,7 +8,7 @@ import shutil
 import pytest
 from trainer_harness import Assets, build_assets, write_recipe
 
-from jobs.settings import get_settings
+from jobs.store.settings import get_settings
 
 
 @pytest.fixture(scope="session")

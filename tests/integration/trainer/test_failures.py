@@ -12,7 +12,7 @@ import signal
 import torch
 from trainer_harness import Assets, base_recipe, launch_until
 
-from jobs.exit_codes import ExitCode
+from jobs.recipe.exit_codes import ExitCode
 
 
 def assert_failed(code: int, output: str, events: list[dict], expected: ExitCode, *words: str):

@@ -10,12 +10,12 @@ import pytest
 from sqlalchemy import update
 from worker_harness import REDIS_URL, events_of, insert_job, job_row, train_steps
 
-from jobs.db import session_scope
-from jobs.tables import Job, Worker, utcnow
+from jobs.store.engine import session_scope
+from jobs.store.tables import Job, Worker, utcnow
 
 
 def _claim(job_id: str, worker: str, lease: float = 30.0):
-    from jobs.leases import claim_job
+    from jobs.store.leases import claim_job
 
     with session_scope() as session:
         return claim_job(session, job_id, worker, lease, f"/tmp/runs/{job_id}")
@@ -37,8 +37,8 @@ def test_claim_is_exclusive_and_a_duplicate_does_nothing(project_id):
 
 
 def test_renew_reports_status_and_refuses_a_stale_owner(project_id):
-    from jobs.leases import renew_lease
-    from jobs.states import transition
+    from jobs.orchestration.states import transition
+    from jobs.store.leases import renew_lease
 
     job_id = insert_job(project_id, {}, dispatch=False)
     claim = _claim(job_id, "w1")
@@ -51,7 +51,7 @@ def test_renew_reports_status_and_refuses_a_stale_owner(project_id):
 
 
 def test_ingestion_is_idempotent_and_a_later_attempt_wins(project_id):
-    from jobs.ingest import record_trainer_events, upsert_checkpoints, upsert_metrics
+    from jobs.store.ingest import record_trainer_events, upsert_checkpoints, upsert_metrics
 
     job_id = insert_job(project_id, {}, dispatch=False)
     records = [{"kind": "train", "step": s, "loss": 1.0, "epoch": 0} for s in (1, 2, 3)]
@@ -65,8 +65,8 @@ def test_ingestion_is_idempotent_and_a_later_attempt_wins(project_id):
         upsert_metrics(session, job_id, 2, [{"kind": "train", "step": 3, "loss": 0.5}])
         upsert_metrics(session, job_id, 1, [{"kind": "train", "step": 3, "loss": 9.0}])  # stale
     assert train_steps(job_id) == [1, 2, 3]
-    from jobs.db import session_factory
-    from jobs.tables import Checkpoint, Metric
+    from jobs.store.engine import session_factory
+    from jobs.store.tables import Checkpoint, Metric
 
     with session_factory()() as session:
         step3 = session.query(Metric).filter_by(job_id=job_id, step=3).one()
@@ -106,7 +106,7 @@ def test_a_worker_whose_lease_was_taken_over_cannot_write(project_id, tmp_path: 
 
 
 def test_reconciler_leaves_fresh_leases_alone_and_ends_interrupted_stops(project_id):
-    from jobs.states import transition
+    from jobs.orchestration.states import transition
     from worker.config import WorkerConfig
     from worker.reconciler import reconcile_once
 
@@ -165,9 +165,9 @@ def test_stale_workers_are_marked_lost(project_id):
 
 
 def test_bulk_copy_path_is_idempotent_and_fenced_by_attempt(project_id):
-    from jobs.db import session_factory
-    from jobs.ingest import COPY_THRESHOLD, upsert_metrics
-    from jobs.tables import Metric
+    from jobs.store.engine import session_factory
+    from jobs.store.ingest import COPY_THRESHOLD, upsert_metrics
+    from jobs.store.tables import Metric
 
     job_id = insert_job(project_id, {}, dispatch=False)
     n = COPY_THRESHOLD + 50
@@ -196,7 +196,7 @@ def test_bulk_copy_path_is_idempotent_and_fenced_by_attempt(project_id):
 
 def test_a_pause_and_resume_spend_no_retry(project_id):
     """`attempt` counts claims; only failed attempts count against max_attempts."""
-    from jobs.states import transition
+    from jobs.orchestration.states import transition
     from worker.settle import retry_or_fail
 
     job_id = insert_job(project_id, {}, max_attempts=2, dispatch=False)

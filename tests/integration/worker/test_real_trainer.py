@@ -37,7 +37,7 @@ def test_job_submitted_through_the_api_succeeds_with_live_metrics(ty_env, procs,
     from fastapi.testclient import TestClient
 
     from api.main import create_app
-    from jobs.settings import get_settings
+    from jobs.store.settings import get_settings
 
     body = {"name": "live", "recipe": tiny_recipe(tiny_assets, 80, checkpoint_every=40),
             "resources": {"nnodes": 1, "nproc_per_node": 1, "accelerator": "cpu"}}  # fmt: skip

@@ -24,8 +24,8 @@ def test_job_runs_to_success_with_every_step_once(project_id, procs):
     assert train_steps(job_id) == list(range(1, 13))
     kinds = [e.message for e in events_of(job_id) if e.kind == "trainer"]
     assert kinds[0].startswith("started") and kinds[-1].startswith("finished")
-    from jobs.db import session_factory
-    from jobs.store import list_checkpoints, list_logs
+    from jobs.store.engine import session_factory
+    from jobs.store.queries import list_checkpoints, list_logs
 
     with session_factory()() as session:
         assert [c.step for c in list_checkpoints(session, job_id)] == [5, 10]
@@ -62,9 +62,9 @@ def test_infra_crash_on_every_attempt_fails_when_attempts_are_spent(project_id, 
 
 
 def test_pause_then_resume_continues_from_latest(project_id, procs):
-    from jobs.db import session_scope
-    from jobs.dispatch import enqueue_job
-    from jobs.states import transition
+    from jobs.broker import enqueue_job
+    from jobs.orchestration.states import transition
+    from jobs.store.engine import session_scope
 
     job_id = insert_job(project_id, {"fake": {"steps": 40, "step_seconds": 0.05}})
     procs.worker("w1")
@@ -86,7 +86,7 @@ def test_pause_then_resume_continues_from_latest(project_id, procs):
 
 
 def test_duplicate_messages_run_the_job_once(project_id, procs):
-    from jobs.dispatch import enqueue_job
+    from jobs.broker import enqueue_job
 
     job_id = insert_job(project_id, {"fake": {"steps": 6}})
     for _ in range(3):
@@ -133,9 +133,9 @@ def test_embedded_default_runs_without_postgres_or_redis(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNEYARD_HOME", str(home))
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     _reset_caches()
-    from jobs.db import session_scope, upgrade_database
-    from jobs.dispatch import broker_url_for
-    from jobs.tables import Project
+    from jobs.broker import broker_url_for
+    from jobs.store.engine import session_scope, upgrade_database
+    from jobs.store.tables import Project
 
     upgrade_database()
     assert broker_url_for() == f"sqla+sqlite:///{home / 'broker.db'}"

@@ -42,8 +42,8 @@ FAST_TIMINGS = {
 
 
 def _reset_caches() -> None:
-    from jobs.db import dispose_engines
-    from jobs.settings import get_settings
+    from jobs.store.engine import dispose_engines
+    from jobs.store.settings import get_settings
     from worker.config import get_worker_config
 
     get_settings.cache_clear()
@@ -56,8 +56,8 @@ def _forget_earlier_jobs() -> None:
     not spend its time re-running what an earlier test left half-way."""
     from sqlalchemy import delete
 
-    from jobs.db import session_scope
-    from jobs.tables import Job, Worker
+    from jobs.store.engine import session_scope
+    from jobs.store.tables import Job, Worker
 
     with session_scope() as session:
         session.execute(delete(Job))
@@ -72,7 +72,7 @@ def pg_url() -> Iterator[str]:
     url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
     from sqlalchemy import create_engine
 
-    from jobs.tables import Base
+    from jobs.store.tables import Base
 
     engine = create_engine(url)
     Base.metadata.create_all(engine)
@@ -115,8 +115,8 @@ def ty_env(
 
 @pytest.fixture()
 def project_id(ty_env: dict[str, str]) -> int:
-    from jobs.db import session_scope
-    from jobs.tables import Project
+    from jobs.store.engine import session_scope
+    from jobs.store.tables import Project
 
     with session_scope() as session:  # `default`: the project TUNEYARD_AUTH=off acts in
         project = session.query(Project).filter_by(name="default").one_or_none()
@@ -145,7 +145,7 @@ def tiny_recipe(
     assets: dict[str, Path], max_steps: int, *, world: int = 1, checkpoint_every: int = 25
 ) -> dict[str, Any]:
     """A full fine-tune of the tiny Llama for the real trainer, normalized by validation."""
-    from jobs.validation import validate_job
+    from jobs.recipe.validation import validate_job
 
     def dataset(path: Path) -> dict[str, Any]:
         return {"_target_": "tuneyard.datasets.JsonlInstructionDataset", "path": str(path),
@@ -180,10 +180,10 @@ def insert_job(
     queue: str = "cpu",
 ) -> str:
     """Store a queued job and send it to the broker after the commit, as the API does."""
-    from jobs.db import session_scope
-    from jobs.dispatch import enqueue_job
-    from jobs.leases import mark_dispatched
-    from jobs.tables import Job
+    from jobs.broker import enqueue_job
+    from jobs.store.engine import session_scope
+    from jobs.store.leases import mark_dispatched
+    from jobs.store.tables import Job
 
     resources = {"nnodes": nnodes, "nproc_per_node": nproc, "accelerator": "cpu"}
     with session_scope() as session:
@@ -272,8 +272,8 @@ def wait_for(
 
 
 def job_row(job_id: str) -> Any:
-    from jobs.db import session_factory
-    from jobs.tables import Job
+    from jobs.store.engine import session_factory
+    from jobs.store.tables import Job
 
     with session_factory()() as session:
         return session.get(Job, job_id)
@@ -282,8 +282,8 @@ def job_row(job_id: str) -> Any:
 def train_steps(job_id: str) -> list[int]:
     from sqlalchemy import select
 
-    from jobs.db import session_factory
-    from jobs.tables import Metric
+    from jobs.store.engine import session_factory
+    from jobs.store.tables import Metric
 
     with session_factory()() as session:
         stmt = select(Metric.step).where(Metric.job_id == job_id, Metric.kind == "train")
@@ -293,8 +293,8 @@ def train_steps(job_id: str) -> list[int]:
 def events_of(job_id: str) -> list[Any]:
     from sqlalchemy import select
 
-    from jobs.db import session_factory
-    from jobs.tables import JobEvent
+    from jobs.store.engine import session_factory
+    from jobs.store.tables import JobEvent
 
     with session_factory()() as session:
         stmt = select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)

@@ -114,7 +114,7 @@ def in_process(*args: str):
 def test_overrides_and_bare_flags_reach_the_validator(recipe_file, env, monkeypatch):
     for key in ("TUNEYARD_DATA_ROOTS", "TUNEYARD_CHECKPOINT_ROOTS", "HF_HUB_CACHE"):
         monkeypatch.setenv(key, env[key])
-    from jobs.settings import get_settings
+    from jobs.store.settings import get_settings
 
     get_settings.cache_clear()
     try:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from recipe_asserts import write_model_dir
 
-from jobs.settings import Settings
-from jobs.validation import ValidationResult, validate_job
+from jobs.recipe.validation import ValidationResult, validate_job
+from jobs.store.settings import Settings
 from trainer.assets import write_squad_dir
 
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jobs.errors import FieldError
-from jobs.validation import ValidationResult
+from jobs.recipe.errors import FieldError
+from jobs.recipe.validation import ValidationResult
 
 TINY_LLAMA_CONFIG = {
     "architectures": ["LlamaForCausalLM"],

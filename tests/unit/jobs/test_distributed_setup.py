@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from recipe_asserts import error_at, locs
 
-from jobs.distributed import (
+from jobs.recipe.distributed import (
     DDPConfig,
     DistributedSetup,
     DistributedSetupInvalid,

@@ -7,7 +7,7 @@ import json
 import pytest
 from recipe_asserts import TINY_LLAMA_CONFIG, TINY_LLAMA_PARAMS, error_at, locs, write_model_dir
 
-from jobs.model_config import estimate_param_count
+from jobs.recipe.model_config import estimate_param_count
 
 MOE_CONFIG = {
     **TINY_LLAMA_CONFIG,

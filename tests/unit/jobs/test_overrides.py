@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from recipe_asserts import error_at, locs
 
-from jobs.errors import RecipeInvalid
-from jobs.overrides import apply_overrides, parse_overrides
+from jobs.recipe.errors import RecipeInvalid
+from jobs.recipe.overrides import apply_overrides, parse_overrides
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import os
 import pytest
 from recipe_asserts import error_at
 
-from jobs.paths import is_hub_name
+from jobs.recipe.paths import is_hub_name
 
 DATA_FIELDS = [
     ("model", "pretrained_model_name_or_path"),

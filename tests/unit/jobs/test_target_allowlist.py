@@ -8,10 +8,10 @@ import sys
 import pytest
 from recipe_asserts import error_at, locs
 
-from jobs import targets
-from jobs.errors import RecipeInvalid
-from jobs.recipe import PeftSection
-from jobs.targets import TARGETS, TargetSpec, build, load_callable, resolve_target
+from jobs.recipe import targets
+from jobs.recipe.errors import RecipeInvalid
+from jobs.recipe.schema import PeftSection
+from jobs.recipe.targets import TARGETS, TargetSpec, build, load_callable, resolve_target
 
 REFUSED = [
     "os.system",

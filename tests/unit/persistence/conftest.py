@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from jobs.db import make_engine, upgrade_database
-from jobs.settings import Settings
-from jobs.tables import Project
+from jobs.store.engine import make_engine, upgrade_database
+from jobs.store.settings import Settings
+from jobs.store.tables import Project
 
 PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 

@@ -7,9 +7,9 @@ import uuid
 import pytest
 from sqlalchemy import insert, select
 
-from jobs import store
-from jobs.auth import create_api_key, default_principal, hash_key, verify_key
-from jobs.tables import ApiKey, Metric
+from jobs.store import queries as store
+from jobs.store.api_keys import create_api_key, default_principal, hash_key, verify_key
+from jobs.store.tables import ApiKey, Metric
 
 
 def test_only_the_hash_is_stored_and_roles_rank(session) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import inspect
 
-from jobs.db import downgrade_database, make_engine, upgrade_database
-from jobs.settings import Settings
-from jobs.tables import Base
+from jobs.store.engine import downgrade_database, make_engine, upgrade_database
+from jobs.store.settings import Settings
+from jobs.store.tables import Base
 
 TABLES = {"projects", "api_keys", "jobs", "job_events", "metrics", "job_logs", "checkpoints",
           "workers"}  # fmt: skip

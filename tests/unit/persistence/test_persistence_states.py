@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from jobs.states import (
+from jobs.orchestration.states import (
     RULES,
     TERMINAL,
     IllegalTransition,
@@ -19,7 +19,7 @@ from jobs.states import (
     allowed_targets,
     transition,
 )
-from jobs.tables import Job, JobEvent, Project
+from jobs.store.tables import Job, JobEvent, Project
 
 ALL = list(JobStatus)
 

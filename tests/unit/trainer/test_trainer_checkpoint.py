@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from jobs.exit_codes import ExitCode
+from jobs.recipe.exit_codes import ExitCode
 from trainer.checkpoint import consolidate
 from trainer.checkpoint.manager import STATE_FILE, CheckpointManager, is_complete
 from trainer.checkpoint.safetensors_io import SafetensorsFileWriter, TensorEntry, plan_shards

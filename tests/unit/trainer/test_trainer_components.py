@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from jobs.exit_codes import ExitCode
-from jobs.targets import TARGETS, load_callable
+from jobs.recipe.exit_codes import ExitCode
+from jobs.recipe.targets import TARGETS, load_callable
 from trainer.builders import refuse_quantization
 from trainer.errors import TrainerError
 from trainer.loss import MaskedCrossEntropy, token_loss_sum

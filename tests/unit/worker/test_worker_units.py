@@ -7,7 +7,7 @@ import io
 import json
 from pathlib import Path
 
-from jobs.exit_codes import ExitCode
+from jobs.recipe.exit_codes import ExitCode
 from worker import proctree
 from worker.launcher import LaunchSpec, build_command, build_env, write_recipe
 from worker.logpump import LogPump
@@ -146,7 +146,7 @@ def test_log_pump_numbers_lines_and_keeps_them_until_committed():
 
 
 def test_failed_event_json_shape_matches_the_contract():
-    # the trainer's failed event carries code / exit_code / message (see jobs.exit_codes)
+    # the trainer's failed event carries code / exit_code / message (see jobs.recipe.exit_codes)
     record = json.loads(
         '{"event":"failed","step":3,"code":"data_error","exit_code":3,"message":"x"}'
     )

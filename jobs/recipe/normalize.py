@@ -12,29 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.distributed import DistributedSetup
-from jobs.distributed_section import setup_from_section
-from jobs.errors import FieldError
-from jobs.model_config import (
-    architecture_of,
-    capability_errors,
-    check_model_kwargs,
-    estimate_param_count,
-    hub_cache_config,
-    read_config_file,
-)
-from jobs.paths import PathCheck
-from jobs.recipe import (
-    FIXED_SECTIONS,
-    REQUIRED_TARGET_SECTIONS,
-    TARGET_SECTIONS,
-    TOP_LEVEL_KEYS,
-    check_fixed_section,
-    check_recipe_name,
-    fold_synonyms,
-    unknown_top_level,
-)
-from jobs.recipe_checks import (
+from jobs.recipe.checks import (
     check_accelerator,
     check_checkpoint_paths,
     check_data_paths,
@@ -46,8 +24,30 @@ from jobs.recipe_checks import (
     normalize_restore_from,
     resolve_batches,
 )
-from jobs.settings import Settings
-from jobs.targets import check_target_section, fold_kwarg_synonyms
+from jobs.recipe.distributed import DistributedSetup
+from jobs.recipe.distributed_section import setup_from_section
+from jobs.recipe.errors import FieldError
+from jobs.recipe.model_config import (
+    architecture_of,
+    capability_errors,
+    check_model_kwargs,
+    estimate_param_count,
+    hub_cache_config,
+    read_config_file,
+)
+from jobs.recipe.paths import PathCheck
+from jobs.recipe.schema import (
+    FIXED_SECTIONS,
+    REQUIRED_TARGET_SECTIONS,
+    TARGET_SECTIONS,
+    TOP_LEVEL_KEYS,
+    check_fixed_section,
+    check_recipe_name,
+    fold_synonyms,
+    unknown_top_level,
+)
+from jobs.recipe.settings import RecipeSettings
+from jobs.recipe.targets import check_target_section, fold_kwarg_synonyms
 
 SECTION_KINDS = {
     "model": "model",
@@ -176,7 +176,7 @@ def _bounds(out: dict[str, Any], accelerator: str) -> list[FieldError]:
 def normalize_recipe(
     data: dict[str, Any],
     resources: Any,
-    settings: Settings,
+    settings: RecipeSettings,
 ) -> tuple[dict[str, Any], DistributedSetup | None, ModelInfo, list[FieldError]]:
     """The normalized recipe, its DistributedSetup, what is known of the model, all errors."""
     errors = unknown_top_level(data)

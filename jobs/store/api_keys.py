@@ -16,8 +16,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from jobs.errors import did_you_mean
-from jobs.tables import API_KEY_ROLES, ApiKey, Project, utcnow
+from jobs.recipe.errors import did_you_mean
+from jobs.store.tables import API_KEY_ROLES, ApiKey, Project, utcnow
 
 KEY_PREFIX = "ty_"
 ROLE_RANK = {"read": 0, "submit": 1, "admin": 2}

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from jobs.errors import FieldError, did_you_mean
+from jobs.recipe.errors import FieldError, did_you_mean
 
 
 def _loc(prefix: str, parts: Iterable[Any]) -> str:

@@ -1,7 +1,7 @@
 """Which filesystem paths a recipe may name.
 
 A recipe reads models, tokenizers and data from the allowed data roots and reads or writes
-checkpoints in the allowed checkpoint roots (`jobs.settings.Settings`). `check_path`
+checkpoints in the allowed checkpoint roots (`jobs.recipe.settings.RecipeSettings`). `check_path`
 decides whether one recipe value is a local path inside those roots, a Hugging Face hub
 name (`org/name`, resolved later by the worker through the hub cache), or an error at its
 field: a `../` escape, an absolute path elsewhere, a symlink that leads out, or a local
@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.errors import FieldError
+from jobs.recipe.errors import FieldError
 
 HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 

@@ -1,8 +1,8 @@
 """`validate_job`: the one check every job passes before it is queued or trained.
 
 It loads a recipe (dict, YAML/JSON text or a file), applies command-line overrides, checks
-every section against the schema (`jobs.recipe`), the `_target_` allowlist
-(`jobs.targets`), the topology rules (`jobs.distributed`), the model's capabilities
+every section against the schema (`jobs.recipe.schema`), the `_target_` allowlist
+(`jobs.recipe.targets`), the topology rules (`jobs.recipe.distributed`), the model's capabilities
 (`models.registry`, torch-free), the allowed filesystem roots and the batch arithmetic, and
 returns a `ValidationResult`: all errors at once, the normalized recipe the trainer reads,
 the DistributedSetup, and a plan (world size, mesh, batches, tokens per step, model size).
@@ -18,14 +18,14 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from jobs.distributed import DistributedSetup
-from jobs.errors import FieldError, RecipeInvalid
-from jobs.overrides import apply_overrides, parse_overrides
-from jobs.plan import build_plan
-from jobs.recipe_normalize import normalize_recipe
-from jobs.schema_errors import field_errors
-from jobs.settings import Settings, get_settings
-from jobs.yaml_loader import load_yaml
+from jobs.recipe.distributed import DistributedSetup
+from jobs.recipe.errors import FieldError, RecipeInvalid
+from jobs.recipe.normalize import normalize_recipe
+from jobs.recipe.overrides import apply_overrides, parse_overrides
+from jobs.recipe.plan import build_plan
+from jobs.recipe.schema_errors import field_errors
+from jobs.recipe.settings import RecipeSettings
+from jobs.recipe.yaml_loader import load_yaml
 
 FILE_LOC = "<recipe>"
 
@@ -146,10 +146,10 @@ def validate_job(
     recipe: dict[str, Any] | str | Path,
     overrides: Any = (),
     resources: Resources | dict[str, Any] | None = None,
-    settings: Settings | None = None,
+    settings: RecipeSettings | None = None,
 ) -> ValidationResult:
     """Check everything about a job; never raises for bad input."""
-    settings = settings or get_settings()
+    settings = settings or RecipeSettings()
     res, errors = coerce_resources(resources)
     data, load_errors = load_recipe(recipe)
     pairs, override_errors = _overrides(overrides)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.distributed import DistributedSetup
-from jobs.recipe_checks import seq_length_of
+from jobs.recipe.checks import seq_length_of
+from jobs.recipe.distributed import DistributedSetup
 
 PLAN_KEYS = (
     "world_size",

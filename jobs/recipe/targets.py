@@ -16,8 +16,8 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from jobs.errors import FieldError, RecipeInvalid, did_you_mean
-from jobs.target_table import CANONICAL, KWARG_SYNONYMS, TARGETS, TargetSpec
+from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean
+from jobs.recipe.target_table import CANONICAL, KWARG_SYNONYMS, TARGETS, TargetSpec
 
 __all__ = [
     "TARGETS",
@@ -96,7 +96,7 @@ def load_callable(spec: TargetSpec) -> Any:
                 FieldError(
                     "_target_",
                     f"{spec.name!r} is not on the allowlist",
-                    "use a name from jobs.targets.TARGETS",
+                    "use a name from jobs.recipe.targets.TARGETS",
                 )
             ]
         )

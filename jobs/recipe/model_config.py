@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jobs.errors import FieldError
+from jobs.recipe.errors import FieldError
 from models.registry import ModelCapabilities, capabilities_for, registered_architectures
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")

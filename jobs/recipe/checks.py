@@ -2,7 +2,7 @@
 
 Each function takes parts of the normalized recipe and returns `FieldError`s at the field
 to change (and, where it resolves something, the resolved values).
-`jobs.recipe_normalize` calls them in order; none of them imports torch.
+`jobs.recipe.normalize` calls them in order; none of them imports torch.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.errors import FieldError
-from jobs.paths import PathCheck, check_checkpoint_path, check_data_path
-from jobs.settings import Settings
+from jobs.recipe.errors import FieldError
+from jobs.recipe.paths import PathCheck, check_checkpoint_path, check_data_path
+from jobs.recipe.settings import RecipeSettings
 
 DATA_PATH_KEYS = ("path_or_dataset", "path", "tokenizer_name_or_path")
 
@@ -23,7 +23,7 @@ def _is_number(value: Any) -> bool:
 
 def check_data_paths(
     recipe: dict[str, Any],
-    settings: Settings,
+    settings: RecipeSettings,
 ) -> tuple[dict[str, PathCheck], list[FieldError]]:
     """Model, tokenizer and dataset paths inside the data roots (or hub names)."""
     roots = settings.allowed_data_roots()
@@ -74,7 +74,7 @@ def normalize_restore_from(value: Any) -> tuple[dict[str, Any] | None, list[Fiel
 
 
 def check_checkpoint_paths(
-    checkpoint: dict[str, Any], restore: dict[str, Any] | None, settings: Settings
+    checkpoint: dict[str, Any], restore: dict[str, Any] | None, settings: RecipeSettings
 ) -> list[FieldError]:
     """checkpoint_dir (may not exist yet) and restore_from.path inside the checkpoint roots.
 

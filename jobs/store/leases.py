@@ -18,8 +18,8 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from jobs.states import ACTIVE, JobStatus, lock_job, transition
-from jobs.tables import Job, JobEvent, Worker, utcnow
+from jobs.orchestration.states import ACTIVE, JobStatus, lock_job, transition
+from jobs.store.tables import Job, JobEvent, Worker, utcnow
 
 GANG_SLOT_EVENT = "gang_slot"
 

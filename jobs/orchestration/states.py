@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from jobs.tables import Job, JobEvent, utcnow
+from jobs.store.tables import Job, JobEvent, utcnow
 
 
 class JobStatus(StrEnum):

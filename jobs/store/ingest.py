@@ -6,7 +6,7 @@ metrics upsert on (job, kind, step), a later attempt's sample replacing an earli
 (a resumed run re-does the steps after its checkpoint); checkpoints upsert on (job, step);
 trainer events are keyed by their byte offset in `events.jsonl`; log lines by (job,
 attempt, stream, seq). The caller owns the transaction and fences it first
-(`jobs.leases.holds_lease`).
+(`jobs.store.leases.holds_lease`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from jobs.tables import Checkpoint, JobEvent, JobLog, Metric
+from jobs.store.tables import Checkpoint, JobEvent, JobLog, Metric
 
 TRAINER_EVENT = "trainer"
 METRIC_FLOATS = ("loss", "val_loss", "grad_norm", "lr", "mem", "tps", "tps_per_rank", "mfu",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from jobs.settings import Settings, get_settings
+from jobs.store.settings import Settings, get_settings
 
 RUN_JOB_TASK = "tuneyard.run_job"
 DEFAULT_QUEUES = ("cpu", "gpu-1", "gpu-8")

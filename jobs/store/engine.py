@@ -4,7 +4,7 @@
 psycopg 3 (`postgresql+psycopg://`). SQLite (the embedded default) gets WAL, foreign keys
 and a busy timeout on every connection, and each transaction starts with `BEGIN IMMEDIATE`
 so writers queue on the busy timeout instead of failing mid-transaction: SQLite's single
-write lock is what serialises `jobs.states.transition` there (PostgreSQL uses row locks).
+write lock is what serialises `jobs.orchestration.states.transition` there (PostgreSQL uses row locks).
 `upgrade_database` / `downgrade_database` run Alembic from any working directory.
 """
 
@@ -20,7 +20,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from jobs.settings import Settings, get_settings
+from jobs.store.settings import Settings, get_settings
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000

@@ -3,14 +3,14 @@
 `check_topology` runs them all for a strategy name, the requested `ParallelismSizes` and
 the world size, and returns the resolved data-parallel size and every broken rule as a
 `FieldError` at its `distributed.*` field, with the YAML that fixes it.
-`jobs.distributed.DistributedSetup.build` calls it; so does recipe validation.
+`jobs.recipe.distributed.DistributedSetup.build` calls it; so does recipe validation.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.errors import FieldError
+from jobs.recipe.errors import FieldError
 
 LOC = "distributed"
 SIZE_FIELDS = ("dp_size", "dp_replicate_size", "tp_size", "pp_size", "cp_size", "ep_size")

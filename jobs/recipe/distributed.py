@@ -6,7 +6,7 @@ the activation-checkpointing mode and the world size, checks every rule, and ret
 frozen setup with the resolved data-parallel size and the device-mesh shape the trainer
 will build (axes pp, dp_replicate, dp_shard, cp, tp for FSDP2). Every broken rule is a
 `FieldError` at its `distributed.*` field; `build` raises `DistributedSetupInvalid` with
-all of them. `jobs.distributed_section` reads the recipe's `distributed:` section.
+all of them. `jobs.recipe.distributed_section` reads the recipe's `distributed:` section.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any, Literal
 from pydantic import ConfigDict, PositiveInt, TypeAdapter, ValidationError, field_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from jobs.distributed_rules import ParallelismSizes, check_topology
-from jobs.errors import FieldError, RecipeInvalid, did_you_mean
-from jobs.schema_errors import field_errors
+from jobs.recipe.distributed_rules import ParallelismSizes, check_topology
+from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean
+from jobs.recipe.schema_errors import field_errors
 
 LOC = "distributed"
 STRATEGY_NAMES = {

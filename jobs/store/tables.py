@@ -5,7 +5,7 @@ the normalized recipe and plan, lease and attempt for the worker), the job's eve
 metric samples (unique per job/kind/step so ingestion can upsert), log lines, checkpoints and
 workers. Types work on PostgreSQL (JSONB, BIGINT identities, timestamptz) and SQLite (JSON
 text, INTEGER rowids); every timestamp is timezone-aware UTC in Python on both. Only
-`jobs.states.transition` writes `Job.status`.
+`jobs.orchestration.states.transition` writes `Job.status`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ One `TargetSpec` per callable: its canonical dotted name, where it lives (`modul
 its kind, the keyword names a recipe may give (static, so validation needs no torch; the
 torch ones are checked against the real signatures by a test), the keywords the trainer
 injects and the ones a recipe must give. `nemo_automodel.*` names are aliases of ours.
-`jobs.targets` resolves and builds through this table.
+`jobs.recipe.targets` resolves and builds through this table.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ _OWN_SPECS = [
         ("warmup_steps", "min_lr", "max_steps"),
         injected=("optimizer",),
     ),
-    _spec("tuneyard.peft.LoraConfig", "jobs.recipe:PeftSection", "peft", None),
+    _spec("tuneyard.peft.LoraConfig", "jobs.recipe.schema:PeftSection", "peft", None),
 ]
 
 

@@ -3,7 +3,7 @@
 A recipe (seed 003, NeMo AutoModel style) has fixed sections (`step_scheduler`, `rng`,
 `dataloader`, `checkpoint`, `peft`, ...), validated here with unknown keys refused and a
 "did you mean", and `_target_` sections (`model`, `dataset`, `optimizer`, ...) whose
-keyword names `jobs.targets` checks. `distributed` belongs to `jobs.distributed`.
+keyword names `jobs.recipe.targets` checks. `distributed` belongs to `jobs.recipe.distributed`.
 `fold_synonyms` maps the accepted synonyms onto canonical keys before validation:
 `val_every_steps` -> `val_check_interval`, `ckpt_every_steps` -> `checkpoint_interval`,
 top-level `seed` -> `rng.seed`, `checkpoint.restore_from` -> `restore_from`.
@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from jobs.errors import FieldError, did_you_mean
-from jobs.schema_errors import field_errors
+from jobs.recipe.errors import FieldError, did_you_mean
+from jobs.recipe.schema_errors import field_errors
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]

@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from jobs.errors import FieldError, RecipeInvalid
-from jobs.yaml_loader import parse_scalar
+from jobs.recipe.errors import FieldError, RecipeInvalid
+from jobs.recipe.yaml_loader import parse_scalar
 
 LOC = "overrides"
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*$")

@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jobs.distributed import (
+from jobs.recipe.distributed import (
     LOC,
     STRATEGY_NAMES,
     DistributedSetup,
     DistributedSetupInvalid,
     resolve_strategy,
 )
-from jobs.distributed_rules import SIZE_FIELDS, ParallelismSizes, check_topology
-from jobs.errors import FieldError
+from jobs.recipe.distributed_rules import SIZE_FIELDS, ParallelismSizes, check_topology
+from jobs.recipe.errors import FieldError
 
 _SECTION_KEYS = (*SIZE_FIELDS, "strategy", "activation_checkpointing", "pipeline", "moe")
 _SECTION_ALIASES = {"pipeline_config": "pipeline", "moe_parallel_config": "moe"}

@@ -4,7 +4,7 @@ metrics (with SQL downsampling), logs and checkpoints.
 Every read is scoped to a project: a job of another project is simply not found. Creation
 relies on the unique (project_id, idempotency_key) constraint, so concurrent requests with
 one key create one job however they interleave. Status changes go through
-`jobs.states.transition`; nothing here writes `status` except the initial `queued`.
+`jobs.orchestration.states.transition`; nothing here writes `status` except the initial `queued`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from jobs.tables import Checkpoint, Job, JobEvent, JobLog, Metric, utcnow
+from jobs.store.tables import Checkpoint, Job, JobEvent, JobLog, Metric, utcnow
 
 METRIC_FIELDS = ("step", "epoch", "loss", "val_loss", "grad_norm", "lr", "mem", "tps",
                  "tps_per_rank", "mfu", "num_tokens", "timestamp")  # fmt: skip

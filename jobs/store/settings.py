@@ -1,0 +1,32 @@
+"""The services' settings, read from `TUNEYARD_*` environment variables.
+
+`Settings` extends the recipe settings (home, runs directory, allowed roots) with what only
+the API, worker and scheduler read: which database and broker they talk to and whether API
+keys are required. The embedded default (no PostgreSQL, no Redis) keeps everything in a
+SQLite file under the home directory.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from jobs.recipe.settings import RecipeSettings
+
+
+class Settings(RecipeSettings):
+    database_url: str | None = None
+    broker_url: str | None = None
+    auth: str = "on"
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home / 'tuneyard.db'}"
+
+    @property
+    def auth_enabled(self) -> bool:
+        return self.auth.strip().lower() not in {"off", "0", "false", "no"}
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
