@@ -57,34 +57,6 @@ def field_errors_response(errors: list[FieldError]) -> JSONResponse:
     return JSONResponse({"errors": [e.to_dict() for e in errors]}, status_code=422)
 
 
-def _loc_of(raw: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in raw]
-    if parts and parts[0] in {"body", "query", "path", "header"}:
-        parts = parts[1:]
-    return ".".join(parts) or "body"
-
-
-def _fix_of(error: dict[str, Any]) -> str:
-    kind = error.get("type", "")
-    if kind == "missing":
-        return "add this field"
-    if kind == "extra_forbidden":
-        return "remove this field (see the schema at /docs)"
-    ctx = error.get("ctx") or {}
-    if "expected" in ctx:
-        return f"use {ctx['expected']}"
-    if "ge" in ctx or "le" in ctx or "gt" in ctx or "lt" in ctx:
-        return "use a value in the allowed range: " + ", ".join(
-            f"{k} {v}" for k, v in ctx.items() if k in {"ge", "le", "gt", "lt"}
-        )
-    return "see the schema at /docs"
-
-
-def pydantic_field_errors(errors: list[dict[str, Any]]) -> list[FieldError]:
-    return [FieldError(_loc_of(tuple(e.get("loc", ()))), e.get("msg", "invalid"), _fix_of(e))
-            for e in errors]  # fmt: skip
-
-
 async def _api_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
@@ -98,7 +70,7 @@ async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return field_errors_response(pydantic_field_errors(list(exc.errors())))
+    return field_errors_response(request_field_errors(exc.errors()))
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:

@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
 
-from jobs.orchestration.states import JobStatus
+from jobs.recipe.metrics_sample import SAMPLE_FIELDS
+from jobs.store.status import JobStatus
 
 LabelKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-/]{1,63}$")]
 LabelValue = Annotated[str, StringConstraints(max_length=200)]
@@ -137,22 +138,19 @@ class EventsPublic(BaseModel):
     next_after: int | None
 
 
-class MetricRecord(BaseModel):
-    id: int
-    kind: str
-    attempt: int
-    step: int
-    epoch: int | None = None
-    loss: float | None = None
-    val_loss: float | None = None
-    grad_norm: float | None = None
-    lr: float | None = None
-    mem: float | None = None
-    tps: float | None = None
-    tps_per_rank: float | None = None
-    mfu: float | None = None
-    num_tokens: int | None = None
-    timestamp: float | None = None
+# One MetricsSample record as stored: its fields come from `jobs.recipe.metrics_sample`.
+MetricRecord = create_model(
+    "MetricRecord",
+    id=(int, ...),
+    kind=(str, ...),
+    attempt=(int, ...),
+    step=(int, Field(..., description="optimizer step the record belongs to (1-based)")),
+    **{
+        f.name: (f.type | None, Field(None, description=f.description))
+        for f in SAMPLE_FIELDS
+        if f.name != "step"
+    },
+)
 
 
 class MetricsPublic(BaseModel):

@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from jobs.orchestration.states import is_terminal
+from jobs.store.status import is_terminal
 
 POLL_SECONDS = 0.5
 KEEPALIVE_SECONDS = 10.0

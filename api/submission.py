@@ -118,13 +118,10 @@ def _default_name(recipe: dict[str, Any]) -> str:
 
 
 def enqueue(session: Session, job: Job, settings: Settings) -> bool:
-    """Send the committed job to the broker; on failure log it and leave the job queued."""
-    from jobs.broker import enqueue_job
+    """Send the committed job to the broker; on failure the job stays queued (reconciler)."""
+    from jobs.broker import dispatch_job
 
-    try:
-        enqueue_job(job.id, job.queue, settings)
-    except Exception as exc:  # any broker failure: the reconciler re-dispatches queued jobs
-        log.warning("job %s stays queued: the broker refused it (%s)", job.id, exc)
-        return False
-    store.mark_dispatched(session, job)
-    return True
+    sent = dispatch_job(session, job.id, job.queue, settings)
+    if sent:
+        session.refresh(job, ["dispatched_at"])
+    return sent

@@ -2,7 +2,7 @@
 
 Every command here is a thin call through `cli.http_client` to the `/v1` API; the server is
 selected by `--server` or `TUNEYARD_URL`, the key by `TUNEYARD_API_KEY`. Read commands take
-`--json` for scripts. Exit codes are stable so CI can branch on them (`ExitCode`): a job that
+`--json` for scripts. Exit codes are stable so CI can branch on them (`CliExitCode`): a job that
 succeeded exits 0, failed 1, cancelled 3; a refused request (bad recipe, unknown job, bad
 key, an action the job's state does not allow) exits 2 and prints the server's reason.
 `cli.main` imports this module at every start, so rich and httpx are imported only inside
@@ -21,13 +21,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.http_client import DEFAULT_URL, TERMINAL_STATES, ClientError, ExitCode, TuneyardClient
+from cli.http_client import DEFAULT_URL, ClientError, CliExitCode, TuneyardClient
+from jobs.recipe.overrides import override_texts
+from jobs.store.status import SETTLED, TERMINAL, JobStatus
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-STATE_EXIT = {"succeeded": ExitCode.SUCCEEDED, "failed": ExitCode.FAILED,
-              "cancelled": ExitCode.CANCELLED, "paused": ExitCode.PAUSED}  # fmt: skip
+STATE_EXIT = {JobStatus.SUCCEEDED: CliExitCode.SUCCEEDED, JobStatus.FAILED: CliExitCode.FAILED,
+              JobStatus.CANCELLED: CliExitCode.CANCELLED, JobStatus.PAUSED: CliExitCode.PAUSED}  # fmt: skip
 
 
 @functools.cache
@@ -38,7 +40,7 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
-def report_error(error: ClientError) -> ExitCode:
+def report_error(error: ClientError) -> CliExitCode:
     """Print a refused or failed request the way the server explained it; its exit code."""
     from rich.markup import escape
 
@@ -84,37 +86,12 @@ def print_json(data: Any) -> None:
 
 
 def override_strings(tokens: list[str]) -> list[str]:
-    """CLI override tokens as the API's `a.b=v` strings, read as `tuneyard validate` reads them.
-
-    `--a.b v`, `--a.b=v` and `a.b=v` keep the value's text; a bare `--flag` (last, or before
-    another `--`) is `flag=true`. The grammar is jobs.recipe.overrides.parse_overrides': anything it
-    would refuse is kept as typed, so `check_overrides` names it.
-    """
-    strings, i = [], 0
-    while i < len(tokens):
-        token = tokens[i]
-        i += 1
-        body = token[2:] if token.startswith("--") else token
-        if "=" in body or not token.startswith("--"):
-            strings.append(body)
-        elif i < len(tokens) and not tokens[i].startswith("--"):
-            strings.append(f"{body}={tokens[i]}")
-            i += 1
-        else:
-            strings.append(f"{body}=true")
-    return strings
-
-
-def check_overrides(strings: list[str]) -> None:
-    """Refuse malformed overrides before any request, with the validator's own errors."""
-    from jobs.recipe.errors import RecipeInvalid
-    from jobs.recipe.overrides import parse_overrides
-
-    try:
-        parse_overrides(strings)
-    except RecipeInvalid as exc:
-        errors = [e.to_dict() for e in exc.errors]
-        raise ClientError("invalid overrides:", ExitCode.REFUSED, errors) from None
+    """CLI override tokens as the API's `a.b=v` strings; malformed ones refused before any
+    request, with the validator's own errors (the grammar is `jobs.recipe.overrides`')."""
+    texts, errors = override_texts(tokens)
+    if errors:
+        raise ClientError("invalid overrides:", CliExitCode.REFUSED, [e.to_dict() for e in errors])
+    return texts
 
 
 def job_progress(job: dict) -> tuple[int | None, int | None]:
@@ -124,21 +101,21 @@ def job_progress(job: dict) -> tuple[int | None, int | None]:
 
 def describe_end(job: dict) -> str:
     status = job.get("status", "?")
-    if status == "failed":
+    if status == JobStatus.FAILED:
         code = job.get("error_code") or "error"
         return f"job {job['id']} failed ({code}): {job.get('error_message') or 'no message'}"
-    if status == "paused":
+    if status == JobStatus.PAUSED:
         return f"job {job['id']} is paused; resume it with `tuneyard resume {job['id']}`"
     return f"job {job['id']} {status}"
 
 
 def finish(job: dict, as_json: bool = False) -> None:
     """Print how the job ended and exit with its code."""
-    code = STATE_EXIT.get(job["status"], ExitCode.FAILED)
+    code = STATE_EXIT.get(job["status"], CliExitCode.FAILED)
     if as_json:
         print_json(job)
     else:
-        console(stderr=code != ExitCode.SUCCEEDED).print(describe_end(job), markup=False)
+        console(stderr=code != CliExitCode.SUCCEEDED).print(describe_end(job), markup=False)
     raise typer.Exit(int(code))
 
 
@@ -190,7 +167,7 @@ class ProgressLine:
         if record and record.get("tps") is not None:
             parts.append(f"tps {record['tps']:.0f}")
         text = "  ".join(parts)
-        eta = f"eta {self.eta(step, max_steps)}" if job["status"] == "running" else ""
+        eta = f"eta {self.eta(step, max_steps)}" if job["status"] == JobStatus.RUNNING else ""
         if self.live:
             self.live.update(self.task, completed=step, total=max_steps, info=f"{text}  {eta}")
         elif text != self.last_text:  # on a pipe: one line per new step or state
@@ -213,7 +190,7 @@ def watch_job(
                 if as_json:
                     sys.stdout.write(json.dumps(record, default=str) + "\n")
             line.update(job, latest)
-            if job["status"] in TERMINAL_STATES or job["status"] == "paused":
+            if job["status"] in SETTLED:
                 return job
             time.sleep(poll)
 
@@ -229,7 +206,7 @@ def follow_logs(client: TuneyardClient, job_id: str, follow: bool, as_json: bool
         cursor = body.get("next_after") or cursor
         if body["lines"]:
             continue  # a full page: more may be waiting already
-        if not follow or client.job(job_id)["status"] in TERMINAL_STATES:
+        if not follow or client.job(job_id)["status"] in TERMINAL:
             return
         time.sleep(1.0)
 
@@ -261,7 +238,6 @@ def submit(
 ) -> None:
     """Submit a recipe as a job (validated by the server before anything is stored)."""
     override_list = override_strings([*(overrides or []), *ctx.args])
-    check_overrides(override_list)
     body: dict[str, Any] = {
         "name": name or recipe.stem,
         "recipe_yaml": recipe.read_text(),

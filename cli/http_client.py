@@ -14,11 +14,20 @@ import time
 from enum import IntEnum
 from typing import Any, Protocol
 
+from jobs.store.status import SETTLED
+
 DEFAULT_URL = "http://127.0.0.1:8000"
-TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 
 
-class ExitCode(IntEnum):
+class CliExitCode(IntEnum):
+    """What a `tuneyard` client command exits with: the mapping CI scripts rely on.
+
+    A job's end maps onto it by status (`succeeded` 0, `failed` 1, `cancelled` 3, `paused`
+    5); a refused request is 2, `wait --timeout` running out 4, no server answer 6. These
+    are the CLI's own codes, distinct from the trainer's exit codes in
+    `jobs.recipe.exit_codes`, which only the worker reads.
+    """
+
     SUCCEEDED = 0
     FAILED = 1
     REFUSED = 2  # the server refused the request: 401/403/404/409/422
@@ -38,7 +47,7 @@ class ClientError(Exception):
     def __init__(
         self,
         message: str,
-        exit_code: ExitCode,
+        exit_code: CliExitCode,
         errors: list[dict] | None = None,
         current_status: str | None = None,
     ):
@@ -82,7 +91,7 @@ def error_from_response(response: Response) -> ClientError:
         message += "; set TUNEYARD_API_KEY or --api-key to a valid key (`tuneyard keys create`)"
     return ClientError(
         message,
-        ExitCode.UNREACHABLE if status >= 500 else ExitCode.REFUSED,
+        CliExitCode.UNREACHABLE if status >= 500 else CliExitCode.REFUSED,
         errors,
         current_status=detail.get("current_status"),
     )
@@ -116,7 +125,7 @@ class TuneyardClient:
             raise ClientError(
                 f"cannot reach {self.server}: {exc}; is the server up (`tuneyard up`) "
                 "and --server / TUNEYARD_URL right?",
-                ExitCode.UNREACHABLE,
+                CliExitCode.UNREACHABLE,
             ) from exc
         if response.status_code >= 400:
             raise error_from_response(response)
@@ -157,9 +166,9 @@ class TuneyardClient:
         deadline = time.monotonic() + timeout if timeout else None
         while True:
             job = self.job(job_id)
-            if job["status"] in TERMINAL_STATES or job["status"] == "paused":
+            if job["status"] in SETTLED:
                 return job
             if deadline and time.monotonic() > deadline:
                 message = f"job {job_id} still {job['status']} after {timeout:g}s"
-                raise ClientError(message, ExitCode.TIMED_OUT)
+                raise ClientError(message, CliExitCode.TIMED_OUT)
             time.sleep(poll)

@@ -25,6 +25,7 @@ import typer
 
 from cli.client_cmds import console, exits_on_client_error, watch_job
 from cli.http_client import TuneyardClient
+from jobs.store.status import JobStatus
 
 SERVICES = ("api", "worker", "scheduler")
 
@@ -287,7 +288,7 @@ def demo(
 def report_demo(
     client: TuneyardClient, job: dict, assets: dict[str, Path], stack: LocalStack
 ) -> None:
-    if job["status"] != "succeeded":
+    if job["status"] != JobStatus.SUCCEEDED:
         console().print(f"[red]demo job {job['status']}:[/red] {job.get('error_message') or ''}")
         console().print(f"logs: tuneyard logs {job['id']} (stack logs in {stack.log_dir})")
         raise typer.Exit(1)

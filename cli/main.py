@@ -27,11 +27,7 @@ _TOPICS = (
 )
 
 for _name in _TOPICS:
-    try:
-        importlib.import_module(_name).register(app)
-    except ModuleNotFoundError as exc:  # a topic module not written yet in a dev tree
-        if exc.name != _name:
-            raise
+    importlib.import_module(_name).register(app)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,35 @@
-"""Sending job ids to the broker: the only place the API and the reconciler touch Celery.
+"""The broker: the only code in tuneyard that knows Celery, kombu or Redis.
+
+It sends job ids (`enqueue_job`, and `dispatch_job`, which also records the dispatch in the
+database), answers the readiness ping (`broker_reachable`), counts the messages waiting per
+queue (`queue_lengths`) and tells which job ids are still waiting (`queued_job_ids`, what
+the reconciler asks before it re-sends a job). The API, the worker and the reconciler call
+these and nothing below them.
 
 A message carries nothing but a job id; the database row says everything else, and the
 worker's database lease (not the broker's delivery) decides who runs a job. The broker is
 `TUNEYARD_BROKER_URL` (Redis in production), or, when unset, the embedded default: kombu's
 SQLAlchemy transport on its own SQLite file `<TUNEYARD_HOME>/broker.db` (a separate file
 from the jobs database so Alembic never sees kombu's tables and the two never contend for
-SQLite's single writer lock). Celery is imported inside functions only (import rule).
+SQLite's single writer lock). Celery, kombu and redis are imported inside functions only,
+so importing this module costs nothing at start-up.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
+from sqlalchemy.orm import Session
+
+from jobs.store.queries import mark_dispatched
 from jobs.store.settings import Settings, get_settings
+
+log = logging.getLogger("tuneyard.broker")
 
 RUN_JOB_TASK = "tuneyard.run_job"
 DEFAULT_QUEUES = ("cpu", "gpu-1", "gpu-8")
@@ -71,6 +87,29 @@ def enqueue_job(job_id: str, queue: str, settings: Settings | None = None) -> No
     )
 
 
+def dispatch_job(
+    session: Session, job_id: str, queue: str, settings: Settings | None = None
+) -> bool:
+    """Send a committed queued job to the broker and record the dispatch; False on refusal.
+
+    A refused send is logged and leaves the job `queued` with no `dispatched_at`: the
+    reconciler sends it again. Recording the dispatch is a convenience (at worst the
+    reconciler sends the id once more), so its failure is logged, not raised.
+    """
+    try:
+        enqueue_job(job_id, queue, settings)
+    except Exception as exc:  # any transport error: the reconciler re-dispatches queued jobs
+        log.warning("job %s stays queued: the broker refused it (%s)", job_id, exc)
+        return False
+    try:
+        mark_dispatched(session, job_id)
+        session.commit()
+    except Exception as exc:  # the send happened; only the bookkeeping is lost
+        session.rollback()
+        log.warning("job %s: could not record the dispatch (%s)", job_id, exc)
+    return True
+
+
 def broker_reachable(settings: Settings | None = None, timeout: float = 2.0) -> bool:
     """True when a connection to the broker can be opened (for the API's /readyz)."""
     app = _client(broker_url_for(settings))
@@ -82,11 +121,52 @@ def broker_reachable(settings: Settings | None = None, timeout: float = 2.0) -> 
         return False
 
 
-def queue_lengths(
-    queues: tuple[str, ...] = DEFAULT_QUEUES, settings: Settings | None = None
-) -> dict[str, int]:
-    """Messages waiting in each queue (for /metrics and the reconciler)."""
+def queue_lengths(queues: Iterable[str], settings: Settings | None = None) -> dict[str, int] | None:
+    """Messages waiting in each queue (for /metrics); None when the broker cannot be read."""
     app = _client(broker_url_for(settings))
-    with app.connection_for_read() as conn:
-        channel = conn.default_channel
-        return {name: channel.queue_declare(queue=name).message_count for name in queues}
+    try:
+        with app.connection_for_read() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2.0)
+            channel = conn.default_channel
+            return {
+                name: channel.queue_declare(queue=name, passive=False).message_count
+                for name in sorted(set(queues))
+            }
+    except Exception:  # broker down: /readyz reports it; /metrics keeps answering
+        return None
+
+
+def queued_job_ids(queues: Iterable[str], settings: Settings | None = None) -> set[str] | None:
+    """Job ids whose messages wait in `queues`; None when the broker cannot be listed.
+
+    Only Redis can be listed without consuming messages (kombu keeps one list per queue);
+    for other transports the answer is None and the caller must assume nothing.
+    """
+    settings = settings or get_settings()
+    url = settings.broker_url or ""
+    if not url.startswith(("redis://", "rediss://")):
+        return None
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        return {
+            job_id
+            for queue in set(queues)
+            for raw in client.lrange(queue, 0, -1)
+            if (job_id := _job_id_of(raw)) is not None
+        }
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+
+
+def _job_id_of(raw: bytes) -> str | None:
+    """The job id in one kombu Redis message (JSON envelope, base64 JSON body `[[id], ...]`)."""
+    try:
+        message = json.loads(raw)
+        body = json.loads(base64.b64decode(message["body"]))
+        return str(body[0][0])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None

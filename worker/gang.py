@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from jobs.store.engine import session_scope
 from jobs.store.leases import gang_slots, job_attempt_status
+from jobs.store.status import JobStatus
 
 
 def free_port(host: str) -> int:
@@ -41,7 +42,7 @@ def wait_for_gang(
             current = job_attempt_status(session, job_id)
             if current is None or current[0] != attempt:
                 return False
-            if current[1] not in ("starting", "running"):
+            if current[1] not in (JobStatus.STARTING, JobStatus.RUNNING):
                 return False
             if len(gang_slots(session, job_id, attempt)) >= nnodes:
                 return True

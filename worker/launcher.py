@@ -39,18 +39,6 @@ class LaunchSpec:
         return self.run_dir / "recipe.yaml"
 
 
-def spec_from_resources(job_id: str, attempt: int, run_dir: Path, resources: dict) -> LaunchSpec:
-    """A launch spec from the job's `resources` column ({nnodes, nproc_per_node, accelerator})."""
-    return LaunchSpec(
-        job_id=job_id,
-        attempt=attempt,
-        run_dir=run_dir,
-        nnodes=int(resources.get("nnodes") or 1),
-        nproc_per_node=int(resources.get("nproc_per_node") or 1),
-        accelerator=str(resources.get("accelerator") or "cpu"),
-    )
-
-
 def write_recipe(run_dir: Path, recipe: dict) -> Path:
     """Write the normalized recipe where the trainer reads it (atomically)."""
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -12,20 +12,19 @@ Each pass, in its own short transactions:
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from jobs.orchestration.states import JobStatus, TransitionRefused, transition
+from jobs.broker import queued_job_ids
+from jobs.orchestration.policy import settle_expired_lease
+from jobs.orchestration.states import TransitionRefused
 from jobs.store.engine import session_scope
 from jobs.store.leases import expired_leases, mark_lost_workers, stale_queued_jobs
-from jobs.store.settings import get_settings
 from jobs.store.tables import utcnow
 from worker.config import WorkerConfig, get_worker_config
-from worker.settle import dispatch_after_commit, retry_or_fail
+from worker.settle import dispatch_after_commit
 
 log = logging.getLogger("tuneyard.reconciler")
 
@@ -42,56 +41,14 @@ def expire_leases(report: ReconcileReport) -> list[tuple[str, str]]:
     to_dispatch = []
     with session_scope() as session:
         for job in expired_leases(session):
-            owner = job.lease_owner
-            data = {"lease_owner": owner, "lease_expired_at": str(job.lease_expires_at)}
-            reason = f"lease of worker {owner} expired"
             try:
-                if job.status == JobStatus.CANCELLING:
-                    transition(
-                        session, job.id, "cancelled", attempt=job.attempt, reason=reason, data=data
-                    )
-                elif job.status == JobStatus.PAUSING:
-                    transition(
-                        session, job.id, "paused", attempt=job.attempt, reason=reason, data=data
-                    )
-                elif retry_or_fail(session, job, "worker_lost", reason, data):
+                if settle_expired_lease(session, job):
                     to_dispatch.append((job.id, job.queue))
             except TransitionRefused as exc:
                 log.warning("job %s: takeover refused: %s", job.id, exc)
                 continue
             report.expired.append(job.id)
     return to_dispatch
-
-
-def queued_in_broker(queues: set[str]) -> set[str] | None:
-    """Job ids waiting in the broker's queues (Redis only); None when it cannot be read."""
-    settings = get_settings()
-    if not (settings.broker_url or "").startswith("redis"):
-        return None
-    import redis
-
-    client = redis.Redis.from_url(settings.broker_url)
-    ids: set[str] = set()
-    try:
-        for queue in queues:
-            for raw in client.lrange(queue, 0, -1):
-                job_id = _job_id_of(raw)
-                if job_id:
-                    ids.add(job_id)
-    except redis.RedisError:
-        return None
-    finally:
-        client.close()
-    return ids
-
-
-def _job_id_of(raw: bytes) -> str | None:
-    try:
-        message = json.loads(raw)
-        body = json.loads(base64.b64decode(message["body"]))
-        return str(body[0][0])
-    except (ValueError, KeyError, IndexError, TypeError):
-        return None
 
 
 def redispatch_lost(report: ReconcileReport, config: WorkerConfig) -> None:
@@ -101,7 +58,7 @@ def redispatch_lost(report: ReconcileReport, config: WorkerConfig) -> None:
         stale = [(job.id, job.queue) for job in stale_queued_jobs(session, older_than)]
     if not stale:
         return
-    waiting = queued_in_broker({queue for _, queue in stale})
+    waiting = queued_job_ids({queue for _, queue in stale})
     for job_id, queue in stale:
         if waiting is not None and job_id in waiting:
             continue  # still in the broker: just no free worker yet

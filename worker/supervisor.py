@@ -6,7 +6,7 @@ transaction (node 0 only; other gang nodes store their logs); every `poll_second
 renews the lease and reads the job's status, which is how a cancel or pause request
 arrives. A request sends SIGTERM to every process of the attempt and SIGKILL after the
 grace period. When torchrun exits, the files are drained and the outcome is written through
-`jobs.orchestration.states.transition` with the attempt as fencing token. Database errors are logged and
+`jobs.orchestration.policy`, with the attempt as fencing token. Database errors are logged and
 retried: records wait in the files, log lines in memory.
 """
 
@@ -21,16 +21,23 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from jobs.orchestration.policy import (
+    Outcome,
+    classify_exit,
+    is_outcome_event,
+    launch_failure,
+    stop_request,
+)
 from jobs.orchestration.states import TransitionRefused, transition
 from jobs.store.engine import session_scope
 from jobs.store.ingest import append_logs, record_trainer_events, upsert_checkpoints, upsert_metrics
 from jobs.store.leases import Claim, holds_lease, job_attempt_status, renew_lease
+from jobs.store.status import ACTIVE, JobStatus
 from worker import proctree
 from worker.config import WorkerConfig
 from worker.launcher import LaunchSpec, build_command, start_attempt, write_recipe
 from worker.logpump import LogPump
-from worker.outcome import Outcome, classify_exit, is_outcome_event
-from worker.settle import settle_attempt
+from worker.settle import report_outcome
 from worker.tailer import OffsetStore, read_new_lines
 
 log = logging.getLogger("tuneyard.worker")
@@ -78,7 +85,7 @@ class AttemptSupervisor:
         try:
             proc = start_attempt(self.spec, cwd=self.run_dir)
         except OSError as exc:
-            outcome = Outcome("failed", "launch_failed", f"cannot start torchrun: {exc}")
+            outcome = launch_failure(f"cannot start torchrun: {exc}")
             return self._settle(outcome, None) if self.is_leader else outcome
         self.pump.follow("stdout", proc.stdout)
         self.pump.follow("stderr", proc.stderr)
@@ -116,7 +123,7 @@ class AttemptSupervisor:
     def _mark_running(self) -> None:
         with session_scope() as session:
             try:
-                transition(session, self.claim.job_id, "running", attempt=self.claim.attempt,
+                transition(session, self.claim.job_id, JobStatus.RUNNING, attempt=self.claim.attempt,
                            reason=f"torchrun started on worker {self.worker}",
                            data={"command": " ".join(build_command(self.spec))})  # fmt: skip
             except TransitionRefused as exc:  # cancelled while starting: the poll sees it
@@ -132,10 +139,8 @@ class AttemptSupervisor:
         if status is None:
             self.state.lease_lost = True
             self._request_stop("lease_lost", grace=2.0)
-        elif status == "cancelling":
-            self._request_stop("cancel", grace=self.config.stop_grace_seconds)
-        elif status == "pausing":
-            self._request_stop("pause", grace=self.config.stop_grace_seconds)
+        elif (kind := stop_request(status)) is not None:
+            self._request_stop(kind, grace=self.config.stop_grace_seconds)
 
     def _renew_or_check(self) -> str | None:
         with session_scope() as session:
@@ -145,9 +150,7 @@ class AttemptSupervisor:
             current = job_attempt_status(session, self.claim.job_id)
         if current is None or current[0] != self.claim.attempt:
             return None
-        return (
-            current[1] if current[1] in ("starting", "running", "cancelling", "pausing") else None
-        )
+        return current[1] if current[1] in ACTIVE else None
 
     def _request_stop(self, kind: str, grace: float) -> None:
         if self.state.stop is None:
@@ -249,7 +252,7 @@ class AttemptSupervisor:
     def _settle(self, outcome: Outcome, returncode: int | None) -> Outcome | None:
         stop_kind = self.state.stop.kind if self.state.stop else None
         settled = self._retry_db(
-            lambda: settle_attempt(self.claim, self.worker, outcome, stop_kind)
+            lambda: report_outcome(self.claim, self.worker, outcome, stop_kind)
         )
         return outcome if settled else None
 

@@ -11,15 +11,16 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from jobs.orchestration.claims import claim_job
+from jobs.orchestration.policy import Outcome, Verdict
 from jobs.store.engine import session_scope
-from jobs.store.leases import Claim, claim_job, renew_lease, take_gang_slot
+from jobs.store.leases import Claim, renew_lease, take_gang_slot
 from jobs.store.settings import get_settings
 from worker.celery_app import app
 from worker.config import WorkerConfig, get_worker_config
 from worker.gang import free_port, wait_for_gang
 from worker.launcher import LaunchSpec, write_recipe
-from worker.outcome import Outcome
-from worker.settle import dispatch_after_commit, settle_attempt
+from worker.settle import dispatch_after_commit, report_outcome
 from worker.state import worker_state
 from worker.supervisor import AttemptSupervisor
 
@@ -78,8 +79,10 @@ def _gather_gang(claim: Claim, worker: str, config: WorkerConfig) -> bool:
     if wait_for_gang(claim.job_id, claim.attempt, claim.nnodes, config.gang_wait_seconds, renew):
         return True
     if claim.node_rank == 0:
-        outcome = Outcome("retry", "gang_timeout", f"{claim.nnodes} nodes did not gather in time")
-        settle_attempt(claim, worker, outcome, None)
+        outcome = Outcome(
+            Verdict.RETRY, "gang_timeout", f"{claim.nnodes} nodes did not gather in time"
+        )
+        report_outcome(claim, worker, outcome, None)
     return False
 
 

@@ -22,15 +22,11 @@ from api.schemas import (
     ValidationErrors,
 )
 from api.submission import check_request, enqueue, new_job
-from jobs.orchestration.states import (
-    IllegalTransition,
-    JobStatus,
-    available_controls,
-    request_control,
-)
+from jobs.orchestration.states import IllegalTransition, available_controls, request_control
 from jobs.recipe.errors import FieldError
 from jobs.store import queries as store
 from jobs.store.api_keys import Principal
+from jobs.store.status import JobStatus
 from jobs.store.tables import Job
 
 router = APIRouter(prefix="/v1", tags=["jobs"], route_class=ReleasingRoute)

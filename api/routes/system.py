@@ -5,7 +5,6 @@ API-key creation for admins.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -15,7 +14,7 @@ from api.deps import Admin, Reader, ReleasingRoute, SessionDep
 from api.prometheus import gauge
 from api.routes.jobs import AUTH_ERRORS, INVALID
 from api.schemas import Health, KeyCreate, KeyCreated, ModelPublic, ModelsPublic
-from jobs.broker import DEFAULT_QUEUES
+from jobs.broker import DEFAULT_QUEUES, broker_reachable, queue_lengths
 from jobs.store import queries as store
 from jobs.store.api_keys import create_api_key
 from jobs.store.settings import Settings
@@ -39,31 +38,7 @@ def _check_database(factory: sessionmaker[Session]) -> str:
         return f"unreachable: {type(exc).__name__}"
 
 
-def _is_redis(url: str | None) -> bool:
-    return bool(url) and url.startswith(("redis://", "rediss://"))
-
-
-def _redis(url: str) -> Any:
-    import redis
-
-    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-
-
 def _check_broker(settings: Settings) -> str:
-    url = settings.broker_url or ""
-    if _is_redis(url):
-        try:
-            client = _redis(url)
-            try:
-                client.ping()
-            finally:
-                client.close()
-            return "ok"
-        except Exception as exc:  # connection refused, timeout, auth: all "not ready"
-            return f"unreachable: {type(exc).__name__}"
-    # the embedded SQLite broker (or another kombu transport): open a connection
-    from jobs.broker import broker_reachable
-
     return "ok" if broker_reachable(settings) else "unreachable"
 
 
@@ -98,16 +73,9 @@ def prometheus_metrics(request: Request) -> PlainTextResponse:
 
 
 def _broker_depth(settings: Settings, queues: set[str]) -> list[str]:
-    """Messages waiting in Redis per queue (kombu keeps a list per queue name)."""
-    if not _is_redis(settings.broker_url):
-        return []
-    try:
-        client = _redis(settings.broker_url or "")
-        try:
-            depth = {q: client.llen(q) for q in sorted(queues)}
-        finally:
-            client.close()
-    except Exception:  # the broker is down: /readyz says so; keep /metrics answering
+    """Messages waiting in the broker per queue; nothing when the broker cannot be read."""
+    depth = queue_lengths(queues, settings)
+    if depth is None:
         return []
     return gauge("tuneyard_broker_messages", "Job ids waiting in the broker per queue.",
                  depth, "queue")  # fmt: skip

@@ -28,31 +28,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from jobs.store.queries import lock_job
+from jobs.store.status import JobStatus
 from jobs.store.tables import Job, JobEvent, utcnow
-
-
-class JobStatus(StrEnum):
-    QUEUED = "queued"
-    STARTING = "starting"
-    RUNNING = "running"
-    CANCELLING = "cancelling"
-    CANCELLED = "cancelled"
-    PAUSING = "pausing"
-    PAUSED = "paused"
-    RETRYING = "retrying"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-
-
-TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
-# States in which a worker process may exist for the job (the lease matters).
-ACTIVE = frozenset({JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING, JobStatus.PAUSING})
 
 Effect = Callable[[Job, datetime], None]
 
@@ -159,12 +141,6 @@ class StaleAttempt(IllegalTransition):
         self.given_attempt = given
 
 
-class JobNotFound(LookupError):
-    def __init__(self, job_id: str):
-        self.job_id = job_id
-        super().__init__(f"job {job_id} does not exist")
-
-
 # What a user's cancel / pause / resume asks for, by the job's current status. Statuses in
 # ALREADY mean the request is in effect (answered as a no-op); any other status is refused.
 CONTROL: dict[str, dict[JobStatus, JobStatus]] = {
@@ -205,24 +181,6 @@ def request_control(session: Session, job_id: str, verb: str, *, reason: str) ->
 def allowed_targets(status: str) -> list[str]:
     """Where a job in `status` may go next (for docs, the CLI and the dashboard)."""
     return [str(to) for (frm, to) in RULES if frm == status]
-
-
-def is_terminal(status: str) -> bool:
-    return status in TERMINAL
-
-
-def lock_job(session: Session, job_id: str) -> Job:
-    """Load the job row under a row lock (FOR UPDATE; a no-op clause on SQLite)."""
-    stmt = (
-        select(Job)
-        .where(Job.id == job_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
-    job = session.execute(stmt).scalar_one_or_none()
-    if job is None:
-        raise JobNotFound(job_id)
-    return job
 
 
 def transition(
@@ -272,17 +230,3 @@ def _event(
         data={"rule": rule.name, **(data or {})},
         created_at=now,
     )
-
-
-def failed_attempts(session: Session, job_id: str) -> int:
-    """How many attempts of a job ended in an infrastructure failure (entered `retrying`).
-
-    `attempt` counts claims, and a pause/resume cycle is a claim too; the retry budget
-    (`max_attempts`) is spent only by failures.
-    """
-    query = (
-        select(func.count())
-        .select_from(JobEvent)
-        .where(JobEvent.job_id == job_id, JobEvent.to_status == JobStatus.RETRYING.value)
-    )
-    return int(session.execute(query).scalar_one())

@@ -38,7 +38,7 @@ _STRICT = ConfigDict(extra="forbid", defer_build=True)
 
 
 class DistributedSetupInvalid(RecipeInvalid, ValueError):
-    """A DistributedSetup that breaks one or more rules (a ValueError, as seed 004 says)."""
+    """A DistributedSetup that breaks one or more rules (a ValueError, so callers that catch ValueError see it too)."""
 
 
 def normalize_ac_scope(value: Any) -> tuple[str, ...]:

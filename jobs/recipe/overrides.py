@@ -31,11 +31,16 @@ def _check_key(key: str, token: str) -> FieldError | None:
     )
 
 
-def parse_overrides(tokens: Sequence[str] | str) -> list[tuple[str, Any]]:
-    """Typed (key, value) pairs; raises RecipeInvalid naming every malformed token."""
+def override_texts(tokens: Sequence[str] | str) -> tuple[list[str], list[FieldError]]:
+    """Tokens as `key=text` strings (the API's form), the value's text kept as typed.
+
+    `--a.b v`, `--a.b=v` and `a.b=v` keep the value's text; a bare `--flag` (last, or before
+    another `--` token) is `flag=true`. The CLI sends these strings to the server, which
+    reads them with `parse_overrides`, so both sides share this one grammar.
+    """
     if isinstance(tokens, str):
         tokens = [tokens]
-    pairs: list[tuple[str, Any]] = []
+    texts: list[str] = []
     errors: list[FieldError] = []
     i = 0
     while i < len(tokens):
@@ -44,30 +49,28 @@ def parse_overrides(tokens: Sequence[str] | str) -> list[tuple[str, Any]]:
         body = token[2:] if token.startswith("--") else token
         if "=" in body:
             key, _, raw = body.partition("=")
-            value = parse_scalar(raw)
         elif token.startswith("--"):
-            key = body
+            key, raw = body, "true"
             if i < len(tokens) and not str(tokens[i]).startswith("--"):
-                value, i = parse_scalar(str(tokens[i])), i + 1
-            else:
-                value = True
+                raw, i = str(tokens[i]), i + 1
         else:
-            errors.append(
-                FieldError(
-                    LOC,
-                    f"{token!r} is not an override",
-                    "write --section.key value or section.key=value",
-                )
-            )
+            fix = "write --section.key value or section.key=value"
+            errors.append(FieldError(LOC, f"{token!r} is not an override", fix))
             continue
         problem = _check_key(key, token)
         if problem:
             errors.append(problem)
         else:
-            pairs.append((key, value))
+            texts.append(f"{key}={raw}")
+    return texts, errors
+
+
+def parse_overrides(tokens: Sequence[str] | str) -> list[tuple[str, Any]]:
+    """Typed (key, value) pairs; raises RecipeInvalid naming every malformed token."""
+    texts, errors = override_texts(tokens)
     if errors:
         raise RecipeInvalid(errors)
-    return pairs
+    return [(key, parse_scalar(raw)) for key, _, raw in (t.partition("=") for t in texts)]
 
 
 def apply_overrides(
@@ -96,7 +99,3 @@ def apply_overrides(
         else:
             node[parts[-1]] = value
     return result, errors
-
-
-def override_keys(overrides: Iterable[tuple[str, Any]]) -> set[str]:
-    return {key for key, _ in overrides}

@@ -1,6 +1,6 @@
 """The recipe schema: every fixed-shape section of a fine-tuning recipe, in pydantic v2.
 
-A recipe (seed 003, NeMo AutoModel style) has fixed sections (`step_scheduler`, `rng`,
+A recipe (NeMo AutoModel style) has fixed sections (`step_scheduler`, `rng`,
 `dataloader`, `checkpoint`, `peft`, ...), validated here with unknown keys refused and a
 "did you mean", and `_target_` sections (`model`, `dataset`, `optimizer`, ...) whose
 keyword names `jobs.recipe.targets` checks. `distributed` belongs to `jobs.recipe.distributed`.

@@ -46,18 +46,40 @@ def _fix_for(kind: str, err: dict[str, Any], loc: str) -> str:
 
 def field_errors(exc: ValidationError, prefix: str, known: Iterable[str] = ()) -> list[FieldError]:
     """FieldErrors for every error in `exc`, located under `prefix` (e.g. 'step_scheduler')."""
+    return errors_from_pydantic(exc.errors(include_url=False), prefix, known)
+
+
+# Where FastAPI found a request value; a field error names the field, not the transport.
+REQUEST_PARTS = frozenset({"body", "query", "path", "header", "cookie"})
+
+
+def request_field_errors(errors: Iterable[dict[str, Any]]) -> list[FieldError]:
+    """FieldErrors for a request FastAPI refused, located without the `body`/`query` part."""
+    stripped = []
+    for err in errors:
+        loc = tuple(err.get("loc", ()))
+        if loc and loc[0] in REQUEST_PARTS:
+            loc = loc[1:] or (loc[0],)
+        stripped.append({**err, "loc": loc})
+    return errors_from_pydantic(stripped, "")
+
+
+def errors_from_pydantic(
+    errors: Iterable[dict[str, Any]], prefix: str, known: Iterable[str] = ()
+) -> list[FieldError]:
+    """One FieldError per pydantic error dict: the dotted `loc`, a plain message, a fix."""
     known = list(known)
     out: list[FieldError] = []
-    for err in exc.errors(include_url=False):
-        parts = [p for p in err["loc"] if not _is_union_tag(p)]
-        loc = _loc(prefix, parts)
-        kind = err["type"]
+    for err in errors:
+        parts = [p for p in err.get("loc", ()) if not _is_union_tag(p)]
+        loc = _loc(prefix, parts) or "body"
+        kind = err.get("type", "")
         if kind in {"extra_forbidden", "unexpected_keyword_argument"}:
             key = str(parts[-1]) if parts else ""
             hint = did_you_mean(key, known) if len(parts) == 1 else ""
             out.append(FieldError(loc, f"unknown key {key!r}", hint or f"remove {loc}"))
             continue
-        msg, fix = err["msg"], _fix_for(kind, err, loc)
+        msg, fix = err.get("msg", "invalid"), _fix_for(kind, err, loc)
         if kind == "value_error":
             msg, _, given_fix = msg.removeprefix("Value error, ").partition(" | fix: ")
             fix = given_fix or fix

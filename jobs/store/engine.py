@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.store.settings import Settings, get_settings
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 _engines: dict[str, Engine] = {}

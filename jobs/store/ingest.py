@@ -17,19 +17,20 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from jobs.recipe.metrics_sample import FLOAT_FIELDS, INT_FIELDS, METRIC_KINDS
+from jobs.store.engine import is_postgresql
 from jobs.store.tables import Checkpoint, JobEvent, JobLog, Metric
 
 TRAINER_EVENT = "trainer"
-METRIC_FLOATS = ("loss", "val_loss", "grad_norm", "lr", "mem", "tps", "tps_per_rank", "mfu",
-                 "timestamp")  # fmt: skip
-METRIC_KINDS = ("train", "val")
 METRIC_KEY = ("job_id", "kind", "step")
-METRIC_COLUMNS = (*METRIC_KEY, "attempt", "epoch", "num_tokens", *METRIC_FLOATS)
+METRIC_INTS = tuple(name for name in INT_FIELDS if name != "step")
+METRIC_VALUES = ("attempt", *METRIC_INTS, *FLOAT_FIELDS)  # what a replayed sample replaces
+METRIC_COLUMNS = (*METRIC_KEY, *METRIC_VALUES)
 COPY_THRESHOLD = 200  # rows; smaller batches (the live case) take the plain upsert
 
 
 def _insert(session: Session, table: Any) -> Any:
-    if session.get_bind().dialect.name == "postgresql":
+    if is_postgresql(session):
         from sqlalchemy.dialects.postgresql import insert
     else:
         from sqlalchemy.dialects.sqlite import insert
@@ -61,9 +62,9 @@ def metric_row(job_id: str, attempt: int, record: dict[str, Any]) -> dict[str, A
     if kind not in METRIC_KINDS or step is None:
         return None
     row: dict[str, Any] = {"job_id": job_id, "attempt": attempt, "kind": kind, "step": step}
-    row["epoch"] = _as_int(record.get("epoch"))
-    row["num_tokens"] = _as_int(record.get("num_tokens"))
-    for name in METRIC_FLOATS:
+    for name in METRIC_INTS:
+        row[name] = _as_int(record.get(name))
+    for name in FLOAT_FIELDS:
         row[name] = _as_float(record.get(name))
     return row
 
@@ -79,11 +80,11 @@ def upsert_metrics(
             rows[(row["kind"], row["step"])] = row  # last line for a step wins within a batch
     if not rows:
         return 0
-    if len(rows) >= COPY_THRESHOLD and session.get_bind().dialect.name == "postgresql":
+    if len(rows) >= COPY_THRESHOLD and is_postgresql(session):
         _copy_upsert_metrics(session, list(rows.values()))
         return len(rows)
     stmt = _insert(session, Metric.__table__)
-    changed = {c: stmt.excluded[c] for c in ("attempt", "epoch", "num_tokens", *METRIC_FLOATS)}
+    changed = {c: stmt.excluded[c] for c in METRIC_VALUES}
     stmt = stmt.on_conflict_do_update(
         index_elements=["job_id", "kind", "step"],
         set_=changed,

@@ -1,8 +1,8 @@
 """Job ownership in the database: claim, renew, fence and expire worker leases.
 
-A broker message only says "look at job X"; the row decides. `claim_job` moves a queued
-job to `starting` under its row lock (the attempt number goes up: it is the fencing
-token) and gives the caller a lease; `renew_lease` extends it while the job runs and tells
+A broker message only says "look at job X"; the row decides. Claiming a queued job is a
+status change, so it lives in `jobs.orchestration.claims`; this module builds the `Claim`
+it hands out. `renew_lease` extends it while the job runs and tells
 the worker the job's current status (how cancel and pause reach it); `holds_lease` is the
 fence every ingestion batch passes first, so a worker whose lease was taken over writes
 nothing for its old attempt. `expired_leases` and `stale_queued_jobs` feed the reconciler.
@@ -11,14 +11,16 @@ Multi-node gangs record their slots as `gang_slot` job events of the attempt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from jobs.orchestration.states import ACTIVE, JobStatus, lock_job, transition
+from jobs.store.queries import lock_job
+from jobs.store.status import ACTIVE, JobStatus
+from jobs.store.engine import is_postgresql
 from jobs.store.tables import Job, JobEvent, Worker, utcnow
 
 GANG_SLOT_EVENT = "gang_slot"
@@ -37,38 +39,17 @@ class Claim:
     max_attempts: int
     node_rank: int = 0
     endpoint: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def nnodes(self) -> int:
         return int(self.resources.get("nnodes") or 1)
 
 
-def _lease_until(seconds: float) -> datetime:
+def lease_until(seconds: float) -> datetime:
     return utcnow() + timedelta(seconds=seconds)
 
 
-def claim_job(
-    session: Session, job_id: str, worker: str, lease_seconds: float, run_dir: str
-) -> Claim | None:
-    """Claim a queued job for `worker`; None when it is not queued (a duplicate message)."""
-    job = lock_job(session, job_id)
-    if job.status != JobStatus.QUEUED:
-        return None
-    transition(
-        session,
-        job_id,
-        JobStatus.STARTING,
-        reason=f"claimed by worker {worker}",
-        data={"worker": worker},
-        lease_owner=worker,
-        lease_expires_at=_lease_until(lease_seconds),
-        run_dir=job.run_dir or run_dir,
-    )
-    return _claim_of(job)
-
-
-def _claim_of(job: Job, node_rank: int = 0, endpoint: str | None = None) -> Claim:
+def claim_of(job: Job, node_rank: int = 0, endpoint: str | None = None) -> Claim:
     return Claim(
         job_id=job.id,
         attempt=job.attempt,
@@ -90,7 +71,7 @@ def renew_lease(
         update(Job)
         .where(Job.id == job_id, Job.lease_owner == worker, Job.attempt == attempt)
         .where(Job.status.in_([s.value for s in ACTIVE]))
-        .values(lease_expires_at=_lease_until(lease_seconds))
+        .values(lease_expires_at=lease_until(lease_seconds))
         .returning(Job.status)
     )
     return session.execute(stmt).scalar_one_or_none()
@@ -100,7 +81,7 @@ def holds_lease(session: Session, job_id: str, worker: str, attempt: int) -> boo
     """The fence: does `worker` still own `attempt` of the job? Locks the row for sharing
     (PostgreSQL) so a takeover cannot commit in the middle of the caller's transaction."""
     stmt = select(Job.lease_owner, Job.attempt, Job.status).where(Job.id == job_id)
-    if session.get_bind().dialect.name == "postgresql":
+    if is_postgresql(session):
         stmt = stmt.with_for_update(read=True)
     row = session.execute(stmt).one_or_none()
     return bool(row) and row.lease_owner == worker and row.attempt == attempt
@@ -119,7 +100,7 @@ def expired_leases(session: Session, now: datetime | None = None, limit: int = 1
         .order_by(Job.lease_expires_at)
         .limit(limit)
     )
-    if session.get_bind().dialect.name == "postgresql":
+    if is_postgresql(session):
         stmt = stmt.with_for_update(skip_locked=True)
     return list(session.execute(stmt).scalars())
 
@@ -134,15 +115,6 @@ def stale_queued_jobs(session: Session, older_than: datetime, limit: int = 500) 
         .limit(limit)
     )
     return list(session.execute(stmt).scalars())
-
-
-def mark_dispatched(session: Session, job_id: str) -> None:
-    """Record that the job id was (re)sent to the broker (not a status change)."""
-    session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.status == JobStatus.QUEUED)
-        .values(dispatched_at=utcnow())
-    )
 
 
 def gang_slots(session: Session, job_id: str, attempt: int) -> list[JobEvent]:
@@ -184,7 +156,7 @@ def take_gang_slot(
         )
     )
     session.flush()
-    return _claim_of(job, node_rank=rank, endpoint=endpoint)
+    return claim_of(job, node_rank=rank, endpoint=endpoint)
 
 
 def record_heartbeat(

@@ -21,12 +21,13 @@ from sqlalchemy import Float, Select, and_, cast, func, or_, select, text, updat
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 
+from jobs.recipe.metrics_sample import SAMPLE_FIELD_NAMES
+from jobs.store.status import JobStatus
+from jobs.store.engine import is_postgresql
 from jobs.store.tables import Checkpoint, Job, JobEvent, JobLog, Metric, utcnow
 
-METRIC_FIELDS = ("step", "epoch", "loss", "val_loss", "grad_norm", "lr", "mem", "tps",
-                 "tps_per_rank", "mfu", "num_tokens", "timestamp")  # fmt: skip
+METRIC_FIELDS = SAMPLE_FIELD_NAMES
 
 
 class IdempotencyConflict(Exception):
@@ -81,7 +82,7 @@ def create_job(session: Session, project_id: int, new: NewJob) -> tuple[Job, boo
         if existing is not None:
             return _replay_or_conflict(existing, new), False
     now = utcnow()
-    job = Job(project_id=project_id, status="queued", created_at=now, updated_at=now,
+    job = Job(project_id=project_id, status=JobStatus.QUEUED, created_at=now, updated_at=now,
               **{k: v for k, v in vars(new).items()})  # fmt: skip
     session.add(job)
     try:
@@ -93,20 +94,20 @@ def create_job(session: Session, project_id: int, new: NewJob) -> tuple[Job, boo
         if existing is None:
             raise
         return _replay_or_conflict(existing, new), False
-    session.add(JobEvent(job_id=job.id, attempt=0, kind="submitted", to_status="queued",
+    session.add(JobEvent(job_id=job.id, attempt=0, kind="submitted", to_status=JobStatus.QUEUED,
                          message="job submitted", data={"queue": job.queue}, created_at=now))  # fmt: skip
     session.commit()
     return job, True
 
 
-def mark_dispatched(session: Session, job: Job) -> None:
-    """Record that the job id went to the broker (only while it is still queued)."""
-    now = utcnow()
-    stmt = update(Job).where(Job.id == job.id, Job.status == "queued").values(dispatched_at=now)
-    updated = session.execute(stmt.execution_options(synchronize_session=False)).rowcount
-    session.commit()
-    if updated:
-        set_committed_value(job, "dispatched_at", now)
+def mark_dispatched(session: Session, job_id: str) -> None:
+    """Record that the job id was (re)sent to the broker (only while it is still queued)."""
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.QUEUED)
+        .values(dispatched_at=utcnow())
+    )
+    session.execute(stmt.execution_options(synchronize_session=False))
 
 
 def is_job_id(value: str) -> bool:
@@ -224,7 +225,7 @@ def job_counts_by_status(session: Session) -> dict[str, int]:
 
 
 def queued_by_queue(session: Session) -> dict[str, int]:
-    stmt = select(Job.queue, func.count()).where(Job.status == "queued").group_by(Job.queue)
+    stmt = select(Job.queue, func.count()).where(Job.status == JobStatus.QUEUED).group_by(Job.queue)
     return {queue: count for queue, count in session.execute(stmt)}
 
 
@@ -325,7 +326,7 @@ def _extreme_steps(
     where = [Metric.job_id == job_id, Metric.kind == kind, value.is_not(None)]
     if after_step is not None:
         where.append(Metric.step > after_step)
-    if session.get_bind().dialect.name == "postgresql":
+    if is_postgresql(session):
         pair = postgresql.array([value, cast(Metric.step, Float)])
         stmt = select(func.min(pair), func.max(pair)).where(*where).group_by(bucket)
         return {int(p[1]) for row in session.execute(stmt) for p in row}
@@ -334,3 +335,23 @@ def _extreme_steps(
         stmt = select(Metric.step, extreme(value)).where(*where).group_by(bucket)
         steps.update(step for step, _ in session.execute(stmt))
     return steps
+
+
+class JobNotFound(LookupError):
+    def __init__(self, job_id: str):
+        self.job_id = job_id
+        super().__init__(f"job {job_id} does not exist")
+
+
+def lock_job(session: Session, job_id: str) -> Job:
+    """Load the job row under a row lock (FOR UPDATE; a no-op clause on SQLite)."""
+    stmt = (
+        select(Job)
+        .where(Job.id == job_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    job = session.execute(stmt).scalar_one_or_none()
+    if job is None:
+        raise JobNotFound(job_id)
+    return job

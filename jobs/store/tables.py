@@ -32,18 +32,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-JOB_STATUSES = (
-    "queued",
-    "starting",
-    "running",
-    "cancelling",
-    "cancelled",
-    "pausing",
-    "paused",
-    "retrying",
-    "succeeded",
-    "failed",
-)
+from jobs.store.status import JobStatus
+
+JOB_STATUSES = tuple(s.value for s in JobStatus)
 API_KEY_ROLES = ("admin", "submit", "read")
 
 # Stable constraint names: Alembic can drop them on both backends (SQLite batch mode too).
@@ -131,7 +122,7 @@ class Job(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_job_id)
     project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(200))
-    status: Mapped[str] = mapped_column(String(16), default="queued")
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED.value)
     spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
     recipe: Mapped[dict[str, Any]] = mapped_column(default=dict)
     plan: Mapped[dict[str, Any]] = mapped_column(default=dict)

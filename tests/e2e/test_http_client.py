@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from cli.client_cmds import override_strings, report_error
-from cli.http_client import ClientError, ExitCode, error_from_response, items_of
+from cli.http_client import ClientError, CliExitCode, error_from_response, items_of
 from jobs.recipe.errors import RecipeInvalid
 from jobs.recipe.overrides import parse_overrides
 
@@ -32,7 +32,7 @@ def test_a_409_carries_the_message_and_the_current_state():
     error = error_from_response(conflict())
     assert str(error) == "cannot pause a failed job"
     assert error.current_status == "failed"
-    assert error.exit_code == ExitCode.REFUSED
+    assert error.exit_code == CliExitCode.REFUSED
 
 
 def test_a_422_carries_each_field_error():
@@ -40,20 +40,20 @@ def test_a_422_carries_each_field_error():
               {"loc": "resources.nproc_per_node", "msg": "too small", "fix": "use >= 1"}]  # fmt: skip
     error = error_from_response(httpx.Response(422, json={"errors": errors}))
     assert str(error) == "the server refused the request (2 problems):"
-    assert error.errors == errors and error.exit_code == ExitCode.REFUSED
+    assert error.errors == errors and error.exit_code == CliExitCode.REFUSED
 
 
 @pytest.mark.parametrize(
     ("status", "body", "message", "exit_code"),
     [
         (404, {"error": {"code": "not_found", "message": "job x not found"}},
-         "job x not found", ExitCode.REFUSED),
+         "job x not found", CliExitCode.REFUSED),
         (403, {"error": {"code": "forbidden", "message": "role 'read' cannot submit"}},
-         "role 'read' cannot submit", ExitCode.REFUSED),
+         "role 'read' cannot submit", CliExitCode.REFUSED),
         (401, {"error": {"code": "unauthorized", "message": "unknown or revoked API key"}},
-         "unknown or revoked API key; set TUNEYARD_API_KEY", ExitCode.REFUSED),
+         "unknown or revoked API key; set TUNEYARD_API_KEY", CliExitCode.REFUSED),
         (500, {"error": {"code": "internal", "message": "internal server error"}},
-         "internal server error", ExitCode.UNREACHABLE),
+         "internal server error", CliExitCode.UNREACHABLE),
     ],
 )  # fmt: skip
 def test_other_errors_read_error_message(status, body, message, exit_code):
@@ -65,18 +65,18 @@ def test_other_errors_read_error_message(status, body, message, exit_code):
 def test_a_body_that_is_not_json_is_shown_as_text():
     error = error_from_response(httpx.Response(502, text="<h1>Bad   gateway</h1>\n"))
     assert str(error) == "HTTP 502: <h1>Bad gateway</h1>"
-    assert error.exit_code == ExitCode.UNREACHABLE
+    assert error.exit_code == CliExitCode.UNREACHABLE
     assert str(error_from_response(httpx.Response(503))) == "HTTP 503"
 
 
 def test_report_error_prints_the_state_and_fields_not_json(capsys):
-    assert report_error(error_from_response(conflict())) == ExitCode.REFUSED
+    assert report_error(error_from_response(conflict())) == CliExitCode.REFUSED
     assert capsys.readouterr().err.splitlines() == [
         "error: cannot pause a failed job",
         "  current state: failed",
     ]
     fields = [{"loc": "labels.<key>.[key]", "msg": "bad [label]", "fix": "use [a-z]"}]
-    report_error(ClientError("refused:", ExitCode.REFUSED, fields))
+    report_error(ClientError("refused:", CliExitCode.REFUSED, fields))
     # Brackets in the server's text are printed as sent, not read as rich markup.
     assert "  labels.<key>.[key]: bad [label]  fix: use [a-z]" in capsys.readouterr().err
 
@@ -116,10 +116,11 @@ def test_override_strings_keep_the_values_text_and_make_bare_flags_true():
 
 @pytest.mark.parametrize("tokens", [["optimizer.lr"], ["--bad key=1"], ["--=3"]])
 def test_malformed_overrides_are_refused_like_validate_refuses_them(tokens):
-    with pytest.raises(RecipeInvalid):
+    with pytest.raises(RecipeInvalid) as validated:
         parse_overrides(tokens)
-    with pytest.raises(RecipeInvalid):
-        parse_overrides(override_strings(tokens))
+    with pytest.raises(ClientError) as client:
+        override_strings(tokens)
+    assert client.value.errors == [e.to_dict() for e in validated.value.errors]
 
 
 def test_importing_the_cli_loads_neither_httpx_nor_rich():

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 import redis
-from api_test_support import create_pg_database, drop_pg_database
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from pg_databases import create_pg_database, drop_pg_database
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.main import create_app

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_test_support import create_pg_database, drop_pg_database
+from pg_databases import create_pg_database, drop_pg_database
 from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 

@@ -14,17 +14,15 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import redis
+from pg_databases import create_pg_database, drop_pg_database
 
 REPO = Path(__file__).resolve().parents[3]
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS_URL = "redis://127.0.0.1:6379/2"
 FAKE_TRAINER = "tests.integration.worker.fake_trainer"
 FAST_TIMINGS = {
@@ -66,10 +64,7 @@ def _forget_earlier_jobs() -> None:
 
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
-    name = f"tuneyard_worker_test_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    url = create_pg_database()
     from sqlalchemy import create_engine
 
     from jobs.store.tables import Base
@@ -79,8 +74,7 @@ def pg_url() -> Iterator[str]:
     engine.dispose()
     yield url
     _reset_caches()
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_pg_database(url)
 
 
 @pytest.fixture()

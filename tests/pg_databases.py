@@ -1,5 +1,9 @@
-"""Helpers shared by the API tests: throwaway PostgreSQL databases named
-`tuneyard_api_test_<random>`, created and dropped through the `postgres` database."""
+"""Throwaway PostgreSQL databases for the tests that need a real one.
+
+Databases are named `tuneyard_api_test_<random>`, created and dropped through the
+`postgres` database on 127.0.0.1:5432 (trust auth). `tests/` is on `sys.path` (its
+conftest lives there), so any test folder imports this module by name.
+"""
 
 from __future__ import annotations
 

@@ -11,14 +11,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.orchestration.states import (
     RULES,
-    TERMINAL,
     IllegalTransition,
-    JobNotFound,
-    JobStatus,
     StaleAttempt,
     allowed_targets,
     transition,
 )
+from jobs.store.queries import JobNotFound
+from jobs.store.status import TERMINAL, JobStatus
 from jobs.store.tables import Job, JobEvent, Project
 
 ALL = list(JobStatus)

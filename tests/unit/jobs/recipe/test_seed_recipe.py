@@ -1,4 +1,4 @@
-"""The seed 003 recipe and the shipped examples validate (issue 2, "done when")."""
+"""The seed recipe (examples/llm_finetune/seed_003.yaml) and the shipped examples validate."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from recipe_asserts import TINY_LLAMA_PARAMS
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "llm_finetune"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "llm_finetune"
 
 
 def test_seed_003_validates_with_local_model_and_data(validate, model_dir, squad_dir):

@@ -1,0 +1,66 @@
+"""Builders: the allowlist table matches the real signatures, refusals are recipe errors."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from jobs.recipe.exit_codes import ExitCode
+from jobs.recipe.targets import TARGETS, load_callable
+from trainer.builders import refuse_quantization
+from trainer.errors import TrainerError
+
+
+@pytest.mark.parametrize("section", ["fp8", "qat"])
+def test_quantization_is_refused_on_cpu(section: str) -> None:
+    with pytest.raises(TrainerError) as info:
+        refuse_quantization({section: {"enabled": True}}, torch.device("cpu"))
+    assert info.value.exit_code == ExitCode.UNSUPPORTED and section in info.value.message
+
+
+def _specs(trainer_only: bool):
+    specs = {spec.name: spec for spec in TARGETS.values() if spec.params is not None}
+    chosen = [s for s in specs.values() if s.import_path.startswith("trainer.") or not trainer_only]
+    return sorted(chosen, key=lambda s: s.name)
+
+
+def _real_params(spec) -> tuple[set[str], bool, set[str]]:
+    parameters = inspect.signature(load_callable(spec)).parameters
+    plain = {
+        n: p
+        for n, p in parameters.items()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n not in ("self", "cls")
+    }
+    has_kwargs = any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+    required = {n for n, p in plain.items() if p.default is p.empty}
+    return set(plain), has_kwargs, required
+
+
+@pytest.mark.parametrize("spec", _specs(trainer_only=True), ids=lambda s: s.name)
+def test_trainer_targets_param_table_equals_the_signature(spec) -> None:
+    real, _, _ = _real_params(spec)
+    declared = set(spec.params) | set(spec.injected)
+    if spec.kind == "dataset" and "tokenizer" in real:
+        declared.add("tokenizer")  # the trainer offers it to every dataset
+    assert declared == real
+
+
+@pytest.mark.parametrize("spec", _specs(trainer_only=False), ids=lambda s: s.name)
+def test_every_allowlisted_keyword_is_accepted_by_the_callable(spec) -> None:
+    real, has_kwargs, required = _real_params(spec)
+    declared = set(spec.params) | set(spec.injected)
+    assert has_kwargs or declared <= real, declared - real
+    supplied = set(spec.required) | set(spec.injected) | {"tokenizer"}
+    assert required <= supplied, required - supplied
+
+
+def test_a_callable_refusing_its_arguments_is_a_recipe_error() -> None:
+    from trainer.builders import build_target
+
+    params = [torch.nn.Parameter(torch.zeros(1))]
+    with pytest.raises(TrainerError) as info:
+        build_target({"_target_": "torch.optim.AdamW", "lr": -1.0}, "optimizer", params=params)
+    assert info.value.exit_code == ExitCode.INVALID_RECIPE
+    assert info.value.message.startswith("optimizer: ") and "learning rate" in info.value.message
