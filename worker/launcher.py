@@ -4,6 +4,11 @@ The worker never imports torch; it writes the normalized recipe to `<run_dir>/re
 and starts `torchrun ... -m trainer --recipe ... --run-dir ...` as a subprocess in a
 session of its own, tagged (see `worker.proctree`) so every rank can be found and stopped,
 with a parent-death signal so a killed worker does not leave training running unsupervised.
+
+The trainer runs with the run directory as its working directory, and a run directory holds
+what a recipe or a dataset put there. So the launch cannot let it shadow tuneyard's own
+packages: `PYTHONSAFEPATH=1` keeps the working directory (and a script's directory) off
+`sys.path`, and the directory that holds tuneyard's packages goes first on `PYTHONPATH`.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ from pathlib import Path
 import yaml
 
 from worker.proctree import RUN_TAG_ENV, run_tag, set_parent_death_signal
+
+# The directory that holds the `trainer`, `models` and `jobs` packages beside `worker`.
+PACKAGES_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,10 @@ def build_env(spec: LaunchSpec, base: dict[str, str] | None = None) -> dict[str,
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["TUNEYARD_DIST_BACKEND"] = "gloo"
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONSAFEPATH"] = "1"  # the run directory (cwd) never shadows tuneyard's packages
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(PACKAGES_ROOT), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    )
     env["TUNEYARD_JOB_ID"] = spec.job_id
     env["TUNEYARD_ATTEMPT"] = str(spec.attempt)
     env[RUN_TAG_ENV] = run_tag(spec.job_id, spec.attempt, spec.node_rank)

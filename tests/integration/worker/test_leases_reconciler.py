@@ -130,18 +130,19 @@ def test_reconciler_leaves_fresh_leases_alone_and_ends_interrupted_stops(project
 def test_reconciler_redispatches_only_jobs_missing_from_the_broker(project_id):
     import redis
 
+    from jobs.broker import queued_job_ids
     from worker.config import WorkerConfig
-    from worker.reconciler import queued_in_broker, reconcile_once
+    from worker.reconciler import reconcile_once
 
     waiting = insert_job(project_id, {})  # in Redis
     lost = insert_job(project_id, {}, dispatch=False)  # never reached the broker
     with session_scope() as session:
         old = utcnow() - timedelta(seconds=60)
         session.execute(update(Job).where(Job.id.in_([waiting, lost])).values(dispatched_at=old))
-    assert queued_in_broker({"cpu"}) == {waiting}
+    assert queued_job_ids({"cpu"}) == {waiting}
     report = reconcile_once(WorkerConfig(redispatch_grace_seconds=5))
     assert report.redispatched == [lost]
-    assert queued_in_broker({"cpu"}) == {waiting, lost}
+    assert queued_job_ids({"cpu"}) == {waiting, lost}
     redis.Redis.from_url(REDIS_URL).flushdb()
     report = reconcile_once(WorkerConfig(redispatch_grace_seconds=5))
     assert report.redispatched == [waiting]  # lost was just re-sent: inside its grace window

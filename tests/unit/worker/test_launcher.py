@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from worker import proctree
-from worker.launcher import LaunchSpec, build_command, build_env, write_recipe
+from worker.launcher import PACKAGES_ROOT, LaunchSpec, build_command, build_env, write_recipe
 
 
 def test_single_node_command_is_standalone(tmp_path: Path):
@@ -44,6 +45,13 @@ def test_env_sets_threads_devices_backend_and_tag(tmp_path: Path):
                                gpu_ids=(2, 3), node_rank=1), {"OMP_NUM_THREADS": "4"})  # fmt: skip
     assert gpu["CUDA_VISIBLE_DEVICES"] == "2,3" and gpu["TUNEYARD_DIST_BACKEND"] == "nccl"
     assert gpu["OMP_NUM_THREADS"] == "4" and gpu[proctree.RUN_TAG_ENV] == "j:1:1"
+
+
+def test_env_keeps_the_run_directory_off_sys_path(tmp_path: Path):
+    env = build_env(LaunchSpec(job_id="j", attempt=1, run_dir=tmp_path), {"PYTHONPATH": "/x"})
+    assert env["PYTHONSAFEPATH"] == "1"
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(PACKAGES_ROOT), "/x"]
+    assert (PACKAGES_ROOT / "trainer" / "__main__.py").exists()
 
 
 def test_write_recipe_is_yaml(tmp_path: Path):

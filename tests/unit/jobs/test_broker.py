@@ -1,0 +1,89 @@
+"""The broker module against a real Redis (DB 3): sending, listing, counting, refusing.
+
+Messages are sent with the same Celery client the API and the reconciler use, then read
+back the way the reconciler reads them, without consuming them.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+from sqlalchemy import select
+
+from jobs.broker import (
+    broker_reachable,
+    dispatch_job,
+    enqueue_job,
+    queue_lengths,
+    queued_job_ids,
+)
+from jobs.store import queries
+from jobs.store.settings import Settings
+from jobs.store.tables import Job
+
+REDIS_URL = "redis://127.0.0.1:6379/3"
+
+
+@pytest.fixture
+def redis_settings(tmp_path) -> Settings:
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    yield Settings(home=tmp_path, broker_url=REDIS_URL)
+    client.flushdb()
+    client.close()
+
+
+def queue_name() -> str:
+    return f"q-{uuid.uuid4().hex[:6]}"
+
+
+def test_sent_ids_are_listed_and_counted_without_being_consumed(redis_settings):
+    queue = queue_name()
+    for job_id in ("a", "b", "c"):
+        enqueue_job(job_id, queue, redis_settings)
+    assert queued_job_ids([queue], redis_settings) == {"a", "b", "c"}
+    assert queued_job_ids([queue], redis_settings) == {"a", "b", "c"}  # still there
+    assert queue_lengths([queue, "empty"], redis_settings) == {queue: 3, "empty": 0}
+    assert broker_reachable(redis_settings)
+
+
+def test_a_message_that_is_not_a_job_is_skipped(redis_settings):
+    queue = queue_name()
+    redis.Redis.from_url(REDIS_URL).lpush(queue, b"not json", b'{"body": "!!"}')
+    enqueue_job("real", queue, redis_settings)
+    assert queued_job_ids([queue], redis_settings) == {"real"}
+
+
+def test_an_unreachable_broker_answers_none_and_false(tmp_path):
+    down = Settings(home=tmp_path, broker_url="redis://127.0.0.1:1/0")
+    assert queued_job_ids(["cpu"], down) is None
+    assert queue_lengths(["cpu"], down) is None
+    assert broker_reachable(down, timeout=0.5) is False
+
+
+def test_other_transports_cannot_be_listed(tmp_path):
+    embedded = Settings(home=tmp_path)  # kombu's SQLite transport
+    assert queued_job_ids(["cpu"], embedded) is None
+
+
+def _queued_job(session, project) -> Job:
+    job, _ = queries.create_job(session, project.id, queries.NewJob(
+        name="j", spec={}, recipe={}, plan={}, resources={}, queue="cpu"))  # fmt: skip
+    return job
+
+
+def test_dispatch_records_the_send(session, project, redis_settings):
+    job = _queued_job(session, project)
+    assert dispatch_job(session, job.id, job.queue, redis_settings)
+    sent = session.scalar(select(Job.dispatched_at).where(Job.id == job.id))
+    assert sent is not None
+    assert job.id in queued_job_ids([job.queue], redis_settings)
+
+
+def test_a_refused_dispatch_leaves_the_job_for_the_reconciler(session, project, tmp_path):
+    job = _queued_job(session, project)
+    down = Settings(home=tmp_path, broker_url="redis://127.0.0.1:1/0")
+    assert dispatch_job(session, job.id, job.queue, down) is False
+    assert session.scalar(select(Job.dispatched_at).where(Job.id == job.id)) is None
