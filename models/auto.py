@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from models import registry
-from models.common.checkpoint_io import CheckpointError
+from models.common.safetensors_io import CheckpointError
 from models.common.tie import TieWordEmbeddingsError, reject_tie_word_embeddings_flip
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ def cache_dir() -> Path:
 def _save_dequantized(model, directory: Path) -> None:
     """transformers refuses save_pretrained on GGUF-loaded models; the tensors are plain fp32
     after dequantisation, so write them (tied lm_head omitted) with a clean config."""
-    from models.common.checkpoint_io import save_safetensors
+    from models.common.safetensors_io import save_safetensors
 
     config = model.config
     for attr in ("quantization_config", "_pre_quantization_dtype"):

@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from models.common.checkpoint_io import CheckpointError, SafetensorsReader, save_safetensors
 from models.common.layers import _ACTIVATIONS, RMSNorm
 from models.common.rope import RotaryEmbedding, rope_unsupported_reason
+from models.common.safetensors_io import CheckpointError, SafetensorsReader, save_safetensors
 from models.common.tie import reject_tie_word_embeddings_flip, tie_enabled
 from models.registry import TieSupport
 

@@ -12,28 +12,30 @@ checkpoint back into an unsharded model, tensor by tensor.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import _CHECKPOINT_PREFIX
 from torch.distributed.tensor import DTensor
 
-from models.hooks import from_hf_state_dict, has_state_dict_adapter, to_hf_tensors
-from trainer.checkpoint.safetensors_io import (
+from models.common.safetensors_io import (
+    CheckpointError,
     SafetensorsFileWriter,
     TensorEntry,
     iter_safetensors,
     plan_shards,
+    read_tensors,
+    shard_file_names,
+    write_file,
+    write_index,
 )
+from models.hooks import from_hf_state_dict, has_state_dict_adapter, to_hf_tensors
 from trainer.errors import checkpoint_error
 
 DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
-_METADATA = {"format": "pt"}
 
 
 def _unique_state(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -59,12 +61,6 @@ def _unique_state(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
-
-
-def _shard_name(index: int, count: int) -> str:
-    if count == 1:
-        return "model.safetensors"
-    return f"model-{index + 1:05d}-of-{count:05d}.safetensors"
 
 
 def _hf_layout(
@@ -93,13 +89,11 @@ def save_consolidated_model(
     entries, source = _hf_layout(model, items)
     shards = plan_shards(entries, max_shard_bytes)
     tensors = dict(items)
-    weight_map: dict[str, str] = {}
     if is_rank0:
         out_dir.mkdir(parents=True, exist_ok=True)
     gathered_name, converted = "", {}
-    for index, shard in enumerate(shards):
-        file_name = _shard_name(index, len(shards))
-        writer = SafetensorsFileWriter(out_dir / file_name, shard, _METADATA) if is_rank0 else None
+    for file_name, shard in zip(shard_file_names(len(shards)), shards, strict=True):
+        writer = SafetensorsFileWriter(out_dir / file_name, shard) if is_rank0 else None
         for entry in shard:
             native = source[entry.name]
             if native != gathered_name:  # every rank joins the gather, once per native tensor
@@ -108,20 +102,11 @@ def save_consolidated_model(
                 gathered_name = native
             if writer is not None:
                 writer.write(entry.name, converted[entry.name])
-            weight_map[entry.name] = file_name
         if writer is not None:
             writer.close()
     if is_rank0:
-        _write_index(out_dir, shards, weight_map)
+        write_index(out_dir, shards)
         _write_config(model, out_dir, entries)
-
-
-def _write_index(out_dir: Path, shards: list[list[TensorEntry]], weight_map: dict[str, str]):
-    if len(shards) == 1:
-        return
-    total = sum(e.nbytes for shard in shards for e in shard)
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
 
 def _write_config(model: nn.Module, out_dir: Path, entries: list[TensorEntry]) -> None:
@@ -151,20 +136,20 @@ def save_lora_adapter(peft_model: nn.Module, out_dir: Path, is_rank0: bool) -> N
         return
     out_dir.mkdir(parents=True, exist_ok=True)
     adapter = get_peft_model_state_dict(peft_model, state_dict=gathered)
-    save_file(
-        {k: v.contiguous() for k, v in adapter.items()},
-        str(out_dir / "adapter_model.safetensors"),
-        metadata=_METADATA,
-    )
+    entries = [TensorEntry.of(name, tensor) for name, tensor in adapter.items()]
+    write_file(out_dir / "adapter_model.safetensors", entries, adapter.items())
     peft_model.peft_config["default"].save_pretrained(str(out_dir))
 
 
 def _checkpoint_tensors(model: nn.Module, directory: Path) -> Iterator[tuple[str, torch.Tensor]]:
     """The checkpoint's tensors under the model's own names (streamed when no adapter)."""
-    if not has_state_dict_adapter(model):
-        yield from iter_safetensors(directory)
-        return
-    yield from from_hf_state_dict(model, dict(iter_safetensors(directory))).items()
+    try:
+        if not has_state_dict_adapter(model):
+            yield from iter_safetensors(directory)
+        else:
+            yield from from_hf_state_dict(model, dict(iter_safetensors(directory))).items()
+    except CheckpointError as exc:  # a malformed or missing file is the user's to fix
+        raise checkpoint_error(str(exc)) from exc
 
 
 def load_model_weights(model: nn.Module, directory: Path) -> None:
@@ -196,7 +181,6 @@ def load_model_weights(model: nn.Module, directory: Path) -> None:
 
 def load_lora_adapter(peft_model: nn.Module, directory: Path) -> None:
     from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
 
     file = directory / "adapter_model.safetensors"
     if not file.is_file():
@@ -204,7 +188,11 @@ def load_lora_adapter(peft_model: nn.Module, directory: Path) -> None:
             f"{directory} has no adapter_model.safetensors; it is not a "
             "LoRA checkpoint (was the run trained without peft?)"
         )
-    result: Any = set_peft_model_state_dict(peft_model, load_file(str(file)))
+    try:
+        adapter = dict(read_tensors(file))
+    except CheckpointError as exc:
+        raise checkpoint_error(str(exc)) from exc
+    result: Any = set_peft_model_state_dict(peft_model, adapter)
     unexpected = list(getattr(result, "unexpected_keys", []) or [])
     if unexpected:
         raise checkpoint_error(f"{file}: adapter tensors {unexpected[:3]} do not fit the model")

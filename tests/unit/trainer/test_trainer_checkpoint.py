@@ -1,4 +1,4 @@
-"""Checkpoint files: the streaming safetensors writer, consolidation, atomic publishing."""
+"""Checkpoint files: consolidation into Hugging Face directories, atomic publishing."""
 
 from __future__ import annotations
 
@@ -7,42 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from jobs.recipe.exit_codes import ExitCode
 from trainer.checkpoint import consolidate
 from trainer.checkpoint.manager import STATE_FILE, CheckpointManager, is_complete
-from trainer.checkpoint.safetensors_io import SafetensorsFileWriter, TensorEntry, plan_shards
 from trainer.errors import TrainerError
-
-
-def test_streamed_file_is_what_safetensors_reads(tmp_path: Path) -> None:
-    tensors = {
-        "a": torch.randn(3, 5),
-        "b": torch.arange(7, dtype=torch.int64),
-        "c": torch.randn(2, 2).to(torch.bfloat16),
-        "d": torch.tensor(1.5),
-    }
-    entries = [TensorEntry(k, v.dtype, tuple(v.shape)) for k, v in tensors.items()]
-    writer = SafetensorsFileWriter(tmp_path / "x.safetensors", entries, {"format": "pt"})
-    for name, tensor in tensors.items():
-        writer.write(name, tensor)
-    writer.close()
-    loaded = load_file(str(tmp_path / "x.safetensors"))
-    for name, tensor in tensors.items():
-        assert torch.equal(loaded[name], tensor)
-
-
-def test_writer_refuses_out_of_order_tensors(tmp_path: Path) -> None:
-    entries = [TensorEntry("a", torch.float32, (2,)), TensorEntry("b", torch.float32, (2,))]
-    writer = SafetensorsFileWriter(tmp_path / "x.safetensors", entries, {})
-    with pytest.raises(RuntimeError, match="expected a"):
-        writer.write("b", torch.zeros(2))
-
-
-def test_shards_split_by_size() -> None:
-    entries = [TensorEntry(str(i), torch.float32, (256,)) for i in range(5)]  # 1 KiB each
-    assert [len(s) for s in plan_shards(entries, 2048)] == [2, 2, 1]
 
 
 def _tiny_model(tiny_dir: Path):
@@ -91,6 +60,39 @@ def test_load_model_weights_refuses_a_mismatched_checkpoint(tiny_dir: Path, tmp_
     with pytest.raises(TrainerError) as info:
         consolidate.load_model_weights(_tiny_model(tiny_dir), tmp_path / "other")
     assert info.value.exit_code == ExitCode.CHECKPOINT_ERROR and "shape" in info.value.message
+
+
+def test_a_malformed_weights_file_is_a_checkpoint_error(tiny_dir: Path, tmp_path: Path):
+    model = _tiny_model(tiny_dir)
+    model.save_pretrained(tmp_path / "cut")
+    path = tmp_path / "cut" / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:-4])
+    with pytest.raises(TrainerError) as info:
+        consolidate.load_model_weights(model, tmp_path / "cut")
+    assert info.value.exit_code == ExitCode.CHECKPOINT_ERROR and "outside" in info.value.message
+
+
+def test_lora_adapter_round_trips_and_peft_loads_it(tiny_dir: Path, tmp_path: Path) -> None:
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    def with_lora(seed: int):
+        torch.manual_seed(seed)
+        return get_peft_model(_tiny_model(tiny_dir), LoraConfig(r=4, target_modules=["q_proj"]))
+
+    trained = with_lora(0)
+    with torch.no_grad():
+        for name, param in trained.named_parameters():
+            if "lora_" in name:
+                param.normal_()
+    consolidate.save_lora_adapter(trained, tmp_path / "adapter", is_rank0=True)
+    ids = torch.randint(0, 512, (1, 7))
+    with torch.no_grad():
+        expected = trained(input_ids=ids).logits
+        fresh = with_lora(1)
+        consolidate.load_lora_adapter(fresh, tmp_path / "adapter")
+        torch.testing.assert_close(fresh(input_ids=ids).logits, expected)
+        by_peft = PeftModel.from_pretrained(_tiny_model(tiny_dir), tmp_path / "adapter")
+        torch.testing.assert_close(by_peft(input_ids=ids).logits, expected)
 
 
 def _publish(manager: CheckpointManager, step: int) -> Path:
