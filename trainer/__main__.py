@@ -30,7 +30,9 @@ def validated_recipe(recipe_path: Path, overrides: list[str], run_dir: Path) -> 
 
     result = validate_job(recipe_path, overrides, resources_from_env())
     if result.valid and result.recipe is not None:
-        return result.recipe
+        from jobs.recipe.typed import recipe_sections
+
+        return recipe_sections(result.recipe)
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"recipe {recipe_path} is invalid:", file=sys.stderr)
         for error in result.errors:

@@ -47,7 +47,7 @@ from jobs.recipe.schema import (
     unknown_top_level,
 )
 from jobs.recipe.settings import RecipeSettings
-from jobs.recipe.targets import check_target_section, fold_kwarg_synonyms
+from jobs.recipe.targets import check_target_section, fold_kwarg_synonyms, stray_target_errors
 
 SECTION_KINDS = {
     "model": "model",
@@ -104,6 +104,15 @@ def _target_sections(data: dict[str, Any], out: dict[str, Any]) -> list[FieldErr
     return errors
 
 
+def _stray_targets(out: dict[str, Any]) -> list[FieldError]:
+    """Only the target sections (and the slots their specs declare) may build objects."""
+    errors: list[FieldError] = []
+    for name, section in out.items():
+        if name not in TARGET_SECTIONS:
+            errors += stray_target_errors(section, name)
+    return errors
+
+
 def _target_section(name: str, section: dict[str, Any]) -> list[FieldError]:
     """One `_target_` section, normalized in place: legacy keys out, synonyms folded."""
     errors = check_model_kwargs(section) if name == "model" else []
@@ -144,8 +153,14 @@ def _model_info(model: Any, checks: dict[str, PathCheck]) -> tuple[ModelInfo, li
     return ModelInfo(arch, estimate_param_count(config), config), errors
 
 
+# Passes over the data when a recipe gives neither max_steps nor num_epochs (as AutoModel).
+DEFAULT_NUM_EPOCHS = 10
+
+
 def _batch_rules(out: dict[str, Any], setup: DistributedSetup | None) -> list[FieldError]:
     step, loader = out["step_scheduler"], out["dataloader"]
+    if step.get("max_steps") is None and step.get("num_epochs") is None:
+        step["num_epochs"] = DEFAULT_NUM_EPOCHS
     batches, errors = resolve_batches(step, loader, setup.dp_size if setup else None)
     if batches is not None:
         step.update(
@@ -185,6 +200,7 @@ def normalize_recipe(
     out: dict[str, Any] = {}
     out["recipe"], errs = check_recipe_name(data.get("recipe"))
     errors += errs + _fixed_sections(data, out) + _target_sections(data, out)
+    errors += _stray_targets(out)
     setup, errs = setup_from_section(data.get("distributed"), resources.world_size)
     out["distributed"] = setup.to_dict() if setup else None
     checks, path_errors = check_data_paths(out, settings)

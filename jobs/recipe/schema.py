@@ -56,7 +56,7 @@ class Section(BaseModel):
 
 class StepSchedulerSection(Section):
     max_steps: PositiveInt | None = None
-    num_epochs: PositiveInt = 1
+    num_epochs: PositiveInt | None = None  # None: unbounded when max_steps is given
     global_batch_size: PositiveInt | None = None
     local_batch_size: PositiveInt | None = None
     grad_accumulation_steps: PositiveInt | None = None

@@ -10,7 +10,7 @@ injects and the ones a recipe must give. `nemo_automodel.*` names are aliases of
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,9 @@ class TargetSpec:
     params: frozenset[str] | None  # keywords a recipe may give; None = not checked here
     injected: frozenset[str] = frozenset()  # keywords the trainer supplies at run time
     required: frozenset[str] = frozenset()  # keywords a recipe must give
+    # Keywords that take a built object, and the kinds of `_target_` each accepts; a
+    # `_target_` under any other keyword is refused (it would be built where no one checks).
+    nested: Mapping[str, frozenset[str]] = field(default_factory=dict, compare=False)
 
 
 # Keyword names of torch 2.13's optimizers, less `params` (injected); checked against

@@ -13,7 +13,7 @@ and never imported.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean
@@ -28,6 +28,7 @@ __all__ = [
     "is_target_section",
     "load_callable",
     "resolve_target",
+    "stray_target_errors",
 ]
 
 
@@ -153,9 +154,48 @@ def check_target_section(section: object, loc: str) -> tuple[TargetSpec | None, 
     if spec.params is not None:
         errors += _check_kwargs(spec, kwargs, loc)
     for key, value in kwargs.items():
-        if is_target_section(value):
-            errors += check_target_section(value, f"{loc}.{key}")[1]
+        errors += _nested_errors(spec, key, value, f"{loc}.{key}")
     return spec, errors
+
+
+def _nested_errors(spec: TargetSpec, key: str, value: Any, loc: str) -> list[FieldError]:
+    """A built object only where the spec takes one, of an accepted kind, fully checked."""
+    kinds = spec.nested.get(key)
+    if kinds and is_target_section(value):
+        nested, errors = check_target_section(value, loc)
+        if nested is not None and nested.kind not in kinds:
+            msg = f"{nested.name} is a {nested.kind}; {spec.name}'s {key} takes a {_or(kinds)}"
+            errors.append(FieldError(f"{loc}._target_", msg, f"name a {_or(kinds)} here"))
+        return errors
+    return stray_target_errors(value, loc)
+
+
+def _or(kinds: frozenset[str]) -> str:
+    return " or ".join(sorted(kinds))
+
+
+def target_locations(value: Any, loc: str) -> Iterator[str]:
+    """The location of every mapping with a `_target_` key in `value` (lists included)."""
+    if isinstance(value, Mapping):
+        if "_target_" in value:
+            yield loc
+        for key, item in value.items():
+            yield from target_locations(item, f"{loc}.{key}" if loc else str(key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from target_locations(item, f"{loc}.{index}")
+
+
+def stray_target_errors(value: Any, loc: str) -> list[FieldError]:
+    """A `_target_` where the schema takes a plain value is refused at its path, unbuilt."""
+    return [
+        FieldError(
+            f"{where}._target_" if where else "_target_",
+            "a built object is not allowed here: this field takes a plain value",
+            f"write the value of {where or 'this field'} itself, without _target_",
+        )
+        for where in target_locations(value, loc)
+    ]
 
 
 def _check_kwargs(spec: TargetSpec, kwargs: Mapping[str, Any], loc: str) -> list[FieldError]:
@@ -198,7 +238,8 @@ def build(section: Mapping[str, Any], loc: str, **injected: Any) -> Any:
     for key, value in section.items():
         if key == "_target_":
             continue
-        kwargs[key] = build(value, f"{loc}.{key}") if is_target_section(value) else value
+        nested = spec.nested.get(key) and is_target_section(value)
+        kwargs[key] = build(value, f"{loc}.{key}") if nested else value
     params = spec.params or frozenset()
     for key, value in injected.items():
         if key in spec.injected or (key in params and key not in kwargs):

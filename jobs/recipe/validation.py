@@ -25,6 +25,7 @@ from jobs.recipe.overrides import apply_overrides, parse_overrides
 from jobs.recipe.plan import build_plan
 from jobs.recipe.schema_errors import field_errors
 from jobs.recipe.settings import RecipeSettings
+from jobs.recipe.typed import Recipe, build_recipe, is_stored_recipe, recipe_sections
 from jobs.recipe.yaml_loader import load_yaml
 
 FILE_LOC = "<recipe>"
@@ -49,8 +50,9 @@ class ValidationResult:
     valid: bool
     errors: list[FieldError] = field(default_factory=list)
     plan: dict[str, Any] = field(default_factory=dict)
-    recipe: dict[str, Any] | None = None
+    recipe: dict[str, Any] | None = None  # `typed.to_json()`: what is stored and run
     setup: DistributedSetup | None = None
+    typed: Recipe | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -156,14 +158,17 @@ def validate_job(
     errors += load_errors + override_errors
     if data is None:
         return ValidationResult(False, errors, build_plan(None, None, res, None))
+    if is_stored_recipe(data):  # a recipe this service stored: its sections, re-checked
+        data = recipe_sections(data)
     data, apply_errors = apply_overrides(data, pairs)
     errors += apply_errors
     normalized, setup, info, recipe_errors = normalize_recipe(data, res, settings)
     errors = _mark_overridden(errors + recipe_errors, {k for k, _ in pairs})
     plan = build_plan(normalized, setup, res, info)
-    if errors:
+    if errors or setup is None:
         return ValidationResult(False, errors, plan, None, setup)
-    return ValidationResult(True, [], plan, normalized, setup)
+    typed = build_recipe(normalized, setup.mesh_shape, res, plan)
+    return ValidationResult(True, [], plan, typed.to_json(), setup, typed)
 
 
 __all__ = ["Resources", "ValidationResult", "load_recipe", "validate_job"]

@@ -18,9 +18,9 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from jobs.store.engine import is_postgresql
 from jobs.store.queries import lock_job
 from jobs.store.status import ACTIVE, JobStatus
-from jobs.store.engine import is_postgresql
 from jobs.store.tables import Job, JobEvent, Worker, utcnow
 
 GANG_SLOT_EVENT = "gang_slot"

@@ -23,8 +23,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from jobs.recipe.metrics_sample import SAMPLE_FIELD_NAMES
-from jobs.store.status import JobStatus
 from jobs.store.engine import is_postgresql
+from jobs.store.status import JobStatus
 from jobs.store.tables import Checkpoint, Job, JobEvent, JobLog, Metric, utcnow
 
 METRIC_FIELDS = SAMPLE_FIELD_NAMES

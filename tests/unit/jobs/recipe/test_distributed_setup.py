@@ -51,7 +51,7 @@ def test_mesh_for_ddp_and_megatron_fsdp():
 @pytest.mark.parametrize("alias", ["megatron_fsdp", "megatron-fsdp", "mfsdp", "MFSDP"])
 def test_megatron_fsdp_aliases(validate, hub_recipe, alias):
     hub_recipe["distributed"]["strategy"] = alias
-    assert validate(hub_recipe).recipe["distributed"]["strategy"] == "megatron_fsdp"
+    assert validate(hub_recipe).recipe["topology"]["strategy"] == "megatron_fsdp"
 
 
 def test_build_is_a_value_error_and_frozen():
@@ -241,7 +241,7 @@ def test_distributed_setup_and_device_mesh_together(validate, hub_recipe):
 
 def test_normalized_distributed_section(validate, hub_recipe):
     hub_recipe["distributed"].update(tp_size=2, sequence_parallel=True)
-    dist = validate(hub_recipe, nproc_per_node=4).recipe["distributed"]
+    dist = validate(hub_recipe, nproc_per_node=4).recipe["topology"]
     assert dist["strategy"] == "fsdp2" and dist["dp_size"] == 2 and dist["sequence_parallel"]
 
 
@@ -259,7 +259,7 @@ def test_ddp_config_object_is_accepted():
 )
 def test_automodel_manager_target_names_the_strategy(validate, hub_recipe, target, strategy):
     hub_recipe["distributed"] = {"_target_": target, "dp_size": "none"}
-    assert validate(hub_recipe).recipe["distributed"]["strategy"] == strategy
+    assert validate(hub_recipe).recipe["topology"]["strategy"] == strategy
 
 
 def test_other_distributed_target_is_refused(validate, hub_recipe):

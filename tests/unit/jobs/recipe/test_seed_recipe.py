@@ -25,7 +25,7 @@ def test_seed_003_validates_with_local_model_and_data(validate, model_dir, squad
     assert plan["architecture"] == "LlamaForCausalLM" and plan["param_count"] == TINY_LLAMA_PARAMS
     normalized = result.recipe
     assert normalized["step_scheduler"]["val_check_interval"] == 100
-    assert normalized["restore_from"] is None and normalized["distributed"]["strategy"] == "fsdp2"
+    assert normalized["restore_from"] is None and normalized["topology"]["strategy"] == "fsdp2"
 
 
 def test_seed_003_validates_as_written_with_hub_names(validate):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import json
 import sys
+from pathlib import Path
 
 import pytest
 from recipe_asserts import error_at, locs
@@ -161,6 +163,7 @@ def test_build_is_recursive_and_passes_only_declared_injections(monkeypatch):
         "loss",
         frozenset({"inner", "n"}),
         injected=frozenset({"tokenizer"}),
+        nested={"inner": frozenset({"loss"})},
     )
     monkeypatch.setitem(targets.TARGETS, "test.Record", spec)
     monkeypatch.setattr(targets, "_ALLOWED_SPECS", targets._ALLOWED_SPECS | {spec})
@@ -196,3 +199,56 @@ def test_automodel_squad_kwargs_fold_onto_ours(validate, recipe, squad_dir):
 def test_conflicting_kwarg_synonyms(validate, recipe, squad_dir):
     recipe["dataset"]["dataset_name"] = "org/other"
     error_at(validate(recipe), "dataset.dataset_name")
+
+
+def _custom_code_dir(root: Path) -> Path:
+    """A model directory whose config asks for its own Python; running it leaves a marker."""
+    model = root / "evil"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["EvilForCausalLM"], "model_type": "evil",
+        "auto_map": {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.Evil"},
+    }))  # fmt: skip
+    marker = root / "RAN"
+    (model / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('pwned')\n")
+    return model
+
+
+def test_a_loader_nested_in_a_plain_field_is_refused_and_never_built(validate, recipe, data_root):
+    model = _custom_code_dir(data_root)
+    loader = {"_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
+              "pretrained_model_name_or_path": str(model), "trust_remote_code": True}  # fmt: skip
+    recipe["optimizer"]["weight_decay"] = loader
+    result = validate(recipe)
+    assert not result.valid and "optimizer.weight_decay._target_" in locs(result)
+    with pytest.raises(RecipeInvalid) as refused:  # a tampered stored recipe: build refuses too
+        build({**recipe["optimizer"], "params": []}, "optimizer")
+    assert "optimizer.weight_decay._target_" in [e.loc for e in refused.value.errors]
+    assert not (data_root / "RAN").exists()
+
+
+ADAMW = {"_target_": "torch.optim.AdamW", "lr": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "where"),
+    [("qat", "quantizer", ADAMW, "qat.quantizer._target_"),
+     ("dataset", "split", [ADAMW], "dataset.split.0._target_"),
+     ("lr_scheduler", "min_lr", {"a": {"b": ADAMW}}, "lr_scheduler.min_lr.a.b._target_"),
+     ("model", "config", ADAMW, "model.config._target_")],
+)  # fmt: skip
+def test_a_target_anywhere_the_schema_takes_a_value_is_refused_at_its_path(
+    validate, recipe, section, key, value, where
+):
+    recipe.setdefault(section, {})[key] = value
+    assert where in locs(validate(recipe))
+
+
+def test_a_nested_target_of_the_wrong_kind_is_refused(monkeypatch):
+    spec = TargetSpec("test.Holder", "builtins:dict", "loss", frozenset({"inner"}),
+                      nested={"inner": frozenset({"loss"})})  # fmt: skip
+    monkeypatch.setitem(targets.TARGETS, "test.Holder", spec)
+    section = {"_target_": "test.Holder", "inner": {"_target_": "torch.optim.AdamW", "lr": 1.0}}
+    _, errors = targets.check_target_section(section, "loss_fn")
+    assert [e.loc for e in errors] == ["loss_fn.inner._target_"]
+    assert "takes a loss" in errors[0].msg

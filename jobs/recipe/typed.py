@@ -1,0 +1,316 @@
+"""The typed, frozen recipe the trainer runs: every default filled, every number derived once.
+
+`validate_job` ends by building a `Recipe` from the normalized sections, the resolved
+DistributedSetup and the job's resources. `Recipe.to_json()` is what the database stores
+and the worker hands to the trainer; `Recipe.from_json()` rebuilds the same object without
+validating or defaulting anything: every key must be present, so a stored recipe that is
+not one of these is refused at once rather than half-read. Builders take the sub-object
+they need (`recipe.optimizer`, `recipe.topology`, `recipe.step_scheduler`), never the
+whole recipe.
+
+A `_target_` section is a `TargetCall`; it serialises back to the `{_target_: ..., kw: v}`
+mapping a recipe writes, so the stored JSON reads like the recipe that was submitted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+FORMAT = 1  # bump when a field changes meaning; from_json refuses other formats
+
+
+class StoredRecipeInvalid(ValueError):
+    """The JSON is not a recipe this code wrote (a missing key, another format)."""
+
+
+@dataclass(frozen=True)
+class TargetCall:
+    """A callable from the allowlist and the keyword arguments the recipe gives it."""
+
+    target: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"_target_": self.target, **self.kwargs}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TargetCall:
+        kwargs = {k: v for k, v in data.items() if k != "_target_"}
+        return cls(str(data["_target_"]), kwargs)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.kwargs.get(key, default)
+
+
+@dataclass(frozen=True)
+class StepScheduler:
+    # With max_steps and no num_epochs the trainer runs exactly max_steps, passing over the
+    # data as often as needed. An explicit num_epochs also bounds it; without max_steps the
+    # run is num_epochs passes (the count then comes from the data, reported at start).
+    max_steps: int | None
+    num_epochs: int | None
+    global_batch_size: int
+    local_batch_size: int
+    grad_accumulation_steps: int
+    val_check_interval: int | None
+    checkpoint_interval: int | None
+    log_interval: int
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where the job runs and how it is split: the resolved DistributedSetup."""
+
+    world_size: int
+    nnodes: int
+    nproc_per_node: int
+    accelerator: str
+    strategy: str
+    dp_size: int
+    dp_replicate_size: int
+    dp_shard_size: int
+    tp_size: int
+    pp_size: int
+    cp_size: int
+    ep_size: int
+    mesh_shape: dict[str, int]
+    sequence_parallel: bool
+    activation_checkpointing: bool | str  # False, or the mode ("full", "selective")
+    options: dict[str, Any]  # the strategy's own keys (mp_policy, cpu_offload, ...)
+
+    def section(self) -> dict[str, Any]:
+        """The flat `distributed:` mapping (setup keys and strategy options together)."""
+        keys = ("strategy", "dp_size", "dp_replicate_size", "tp_size", "pp_size", "cp_size",
+                "ep_size", "sequence_parallel", "activation_checkpointing")  # fmt: skip
+        return {**{k: getattr(self, k) for k in keys}, **self.options}
+
+
+@dataclass(frozen=True)
+class Rng:
+    seed: int
+    ranked: bool
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    backend: str | None
+    timeout_minutes: int | None
+    master_addr: str | None
+    master_port: int | None
+
+
+@dataclass(frozen=True)
+class Compile:
+    enabled: bool
+    backend: str | None
+    mode: str | None
+    fullgraph: bool
+    dynamic: bool | None
+
+
+@dataclass(frozen=True)
+class ClipGradNorm:
+    max_norm: float | None
+
+
+@dataclass(frozen=True)
+class PackedSequence:
+    enabled: bool
+    packed_sequence_size: int  # 0: not packed
+    split_across_pack: bool
+    max_packs: int | None
+
+
+@dataclass(frozen=True)
+class DataLoader:
+    batch_size: int
+    num_workers: int
+    shuffle: bool
+    drop_last: bool
+    pin_memory: bool
+    persistent_workers: bool
+    collate_fn: str | None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    enabled: bool
+    checkpoint_dir: str | None
+    keep_last: int | None
+    save_consolidated: bool
+    model_save_format: str
+    save_optimizer: bool
+
+
+@dataclass(frozen=True)
+class Peft:
+    target_modules: list[str] | None
+    exclude_modules: list[str] | None
+    match_all_linear: bool | None
+    dim: int
+    alpha: float
+    dropout: float
+    dropout_position: str
+    use_dora: bool
+    use_triton: bool
+
+
+@dataclass(frozen=True)
+class Fp8:
+    enabled: bool
+    recipe_name: str
+    enable_fsdp_float8_all_gather: bool
+    precompute_float8_dynamic_scale_for_fsdp: bool
+    force_recompute_fp8_weight_in_bwd: bool
+    filter_fqns: list[str]
+    emulate: bool
+
+
+@dataclass(frozen=True)
+class Qat:
+    enabled: bool
+    quantizer: str | dict[str, Any] | None
+    fake_quant_after_n_steps: int | None
+    groupsize: int | None
+
+
+@dataclass(frozen=True)
+class RestoreFrom:
+    path: str  # LATEST or a checkpoint directory
+
+
+@dataclass(frozen=True)
+class Recipe:
+    format: int
+    recipe: str
+    step_scheduler: StepScheduler
+    topology: Topology
+    rng: Rng
+    dist_env: DistEnv
+    compile: Compile
+    clip_grad_norm: ClipGradNorm
+    packed_sequence: PackedSequence
+    dataloader: DataLoader
+    validation_dataloader: DataLoader
+    checkpoint: Checkpoint
+    fp8: Fp8
+    qat: Qat
+    peft: Peft | None
+    restore_from: RestoreFrom | None
+    model: TargetCall
+    loss_fn: TargetCall
+    dataset: TargetCall
+    validation_dataset: TargetCall | None
+    optimizer: TargetCall
+    lr_scheduler: TargetCall | None
+    seq_length: int | None  # tokens per sample, where the dataset section says
+    tokens_per_step: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return _dump(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Recipe:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            found = data.get("format") if isinstance(data, dict) else type(data).__name__
+            raise StoredRecipeInvalid(f"not a tuneyard recipe of format {FORMAT} (found {found})")
+        try:
+            return _load(cls, data, "")
+        except (KeyError, TypeError) as exc:
+            raise StoredRecipeInvalid(f"stored recipe is incomplete: {exc}") from None
+
+
+SETUP_KEYS = ("strategy", "dp_size", "dp_replicate_size", "tp_size", "pp_size", "cp_size",
+              "ep_size", "sequence_parallel", "activation_checkpointing")  # fmt: skip
+
+
+def build_topology(
+    distributed: dict[str, Any], mesh_shape: dict[str, int], resources: Any
+) -> Topology:
+    """The topology from the normalized `distributed` section and the job's resources."""
+    return Topology(
+        world_size=resources.world_size,
+        nnodes=resources.nnodes,
+        nproc_per_node=resources.nproc_per_node,
+        accelerator=resources.accelerator,
+        dp_shard_size=distributed["dp_size"] // distributed["dp_replicate_size"],
+        mesh_shape=dict(mesh_shape),
+        options={k: v for k, v in distributed.items() if k not in SETUP_KEYS},
+        **{k: distributed[k] for k in SETUP_KEYS},
+    )
+
+
+def build_recipe(
+    normalized: dict[str, Any], mesh_shape: dict[str, int], resources: Any, plan: dict[str, Any]
+) -> Recipe:
+    """The typed recipe from a normalized recipe that passed every check."""
+    sections: dict[str, Any] = {
+        "format": FORMAT,
+        "recipe": normalized["recipe"],
+        "topology": build_topology(normalized["distributed"], mesh_shape, resources),
+        "seq_length": plan.get("seq_length"),
+        "tokens_per_step": plan.get("tokens_per_step"),
+    }
+    for f in dataclasses.fields(Recipe):
+        if f.name in sections:
+            continue
+        raw = normalized.get(f.name)
+        inner = _dataclass_of(_hints(Recipe)[f.name])
+        sections[f.name] = None if raw is None else _load(inner, raw, f"{f.name}.")
+    return Recipe(**sections)
+
+
+DERIVED_KEYS = ("format", "topology", "seq_length", "tokens_per_step")
+
+
+def is_stored_recipe(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("format") == FORMAT and "topology" in data
+
+
+def recipe_sections(stored: dict[str, Any]) -> dict[str, Any]:
+    """A stored recipe written back as recipe sections, so it can be submitted again."""
+    sections = {k: v for k, v in stored.items() if k not in DERIVED_KEYS}
+    topology = stored["topology"]
+    sections["distributed"] = {**{k: topology[k] for k in SETUP_KEYS}, **topology["options"]}
+    return sections
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, TargetCall):
+        return value.to_json()
+    if dataclasses.is_dataclass(value):
+        return {f.name: _dump(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _dataclass_of(hint: Any) -> type | None:
+    """The dataclass a field holds (`X` or `X | None`), else None for plain JSON values."""
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return hint
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(members) == 1:
+            return _dataclass_of(members[0])
+    return None
+
+
+def _load(cls: type, data: dict[str, Any], where: str) -> Any:
+    if cls is TargetCall:
+        return TargetCall.from_json(data)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            raise KeyError(f"{where}{f.name}")
+        raw, inner = data[f.name], _dataclass_of(_hints(cls)[f.name])
+        values[f.name] = raw if inner is None or raw is None else _load(inner, raw, f"{f.name}.")
+    return cls(**values)
