@@ -2,9 +2,11 @@
 
 Each is a map-style dataset whose items are `{"input_ids": [...], "loss_mask": [...]}`:
 `loss_mask[t]` is 1 when token t is a target (answer, completion, assistant turn or every
-token of plain text). The collator turns this into shifted labels. Files are read from
-local paths only; a missing or malformed file raises `TrainerError(DATA_ERROR)` naming
-the file, the line and the field.
+token of plain text). The collator turns this into shifted labels. A path field names a
+local file (or, for SQuAD, a directory) or, when no such path exists, a Hugging Face hub
+dataset `org/name` read through `trainer.data.hub` (its `split`; `train` for the datasets
+that take no split). A missing or malformed file or row raises `TrainerError(DATA_ERROR)`
+naming the file or dataset, the line and the field.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from trainer.data.hub import is_hub_dataset, load_hub_rows
 from trainer.errors import data_error
 
 Sample = dict[str, list[int]]
@@ -38,6 +41,14 @@ def _read_jsonl(file: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError as exc:
             raise data_error(f"{file}:{number}: not valid JSON ({exc.msg})") from None
     return rows
+
+
+def _read_rows(path: str, limit: int | None) -> tuple[list[dict[str, Any]], str]:
+    """JSONL rows of a local file or the `train` rows of a hub dataset, and their source's name."""
+    if is_hub_dataset(path):
+        return load_hub_rows(path, "train", limit), f"{path}[train]"
+    file = _existing_file(path, "dataset")
+    return _limit(_read_jsonl(file), limit), str(file)
 
 
 def _bos(tokenizer: Any) -> list[int]:
@@ -87,8 +98,13 @@ class SquadDataset(_ListDataset):
         limit_dataset_samples: int | None = None,
         tokenizer_name_or_path: str | None = None,
     ):
-        file = self._find_file(Path(path_or_dataset).expanduser(), split)
-        examples = _limit(self._read_examples(file), limit_dataset_samples)
+        if is_hub_dataset(path_or_dataset):
+            source = f"{path_or_dataset}[{split}]"
+            rows = load_hub_rows(path_or_dataset, split, limit_dataset_samples)
+        else:
+            file = self._find_file(Path(path_or_dataset).expanduser(), split)
+            source, rows = str(file), self._read_examples(file)
+        examples = _limit(self._checked(rows, source), limit_dataset_samples)
         self.samples = [self._tokenize(tokenizer, ex, max_seq_length) for ex in examples]
 
     @staticmethod
@@ -115,20 +131,30 @@ class SquadDataset(_ListDataset):
                 for para in article.get("paragraphs", [])
                 for qa in para.get("qas", [])
             ]
+        return rows
+
+    @staticmethod
+    def _checked(rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
         for number, row in enumerate(rows, start=1):
-            if not row.get("question") or not row.get("answers"):
-                raise data_error(f"{file}: example {number} has no question or no answers")
+            if not row.get("question") or not _answer_texts(row.get("answers")):
+                raise data_error(f"{source}: example {number} has no question or no answers")
         return rows
 
     @staticmethod
     def _tokenize(tokenizer: Any, ex: dict[str, Any], max_len: int | None) -> Sample:
-        answers = ex["answers"]
-        answer = answers["text"][0] if isinstance(answers, dict) else answers[0]["text"]
+        answer = _answer_texts(ex["answers"])[0]
         prompt = f"Context: {ex.get('context', '')} Question: {ex['question']} Answer:"
         prompt_ids = _bos(tokenizer) + _encode(tokenizer, prompt)
         return join_prompt_and_target(
             prompt_ids, _encode(tokenizer, " " + answer) + _eos(tokenizer), max_len
         )
+
+
+def _answer_texts(answers: Any) -> list[str]:
+    """Answer texts of SQuAD JSON (`[{text, answer_start}]`) or hub rows (`{text: [...]}`)."""
+    if isinstance(answers, dict):
+        return list(answers.get("text") or [])
+    return [a["text"] for a in answers or [] if isinstance(a, dict) and "text" in a]
 
 
 class JsonlInstructionDataset(_ListDataset):
@@ -145,8 +171,7 @@ class JsonlInstructionDataset(_ListDataset):
         limit_dataset_samples: int | None = None,
         tokenizer_name_or_path: str | None = None,
     ):
-        file = _existing_file(path, "dataset")
-        rows = _limit(_read_jsonl(file), limit_dataset_samples)
+        rows, source = _read_rows(path, limit_dataset_samples)
         self.samples = []
         for number, row in enumerate(rows, start=1):
             if messages_field in row:
@@ -157,7 +182,7 @@ class JsonlInstructionDataset(_ListDataset):
                 sample = join_prompt_and_target(prompt, target, max_seq_length)
             else:
                 raise data_error(
-                    f"{file}:{number}: needs '{prompt_field}' and '{completion_field}' "
+                    f"{source}:{number}: needs '{prompt_field}' and '{completion_field}' "
                     f"fields or a '{messages_field}' list"
                 )
             self.samples.append(sample)
@@ -195,11 +220,7 @@ class TextDataset(_ListDataset):
     def __init__(
         self, tokenizer: Any, path: str, seq_length: int, tokenizer_name_or_path: str | None = None
     ):
-        file = _existing_file(path, "dataset")
-        if file.suffix == ".jsonl":
-            docs = [str(row.get("text", "")) for row in _read_jsonl(file)]
-        else:
-            docs = file.read_text().split("\n\n")
+        docs, source = self._read_docs(path)
         stream: list[int] = []
         for doc in docs:
             if doc.strip():
@@ -207,7 +228,16 @@ class TextDataset(_ListDataset):
         chunks = [stream[i : i + seq_length] for i in range(0, len(stream), seq_length)]
         self.samples = [{"input_ids": c, "loss_mask": [1] * len(c)} for c in chunks if len(c) > 1]
         if not self.samples:
-            raise data_error(f"{file}: no text to train on")
+            raise data_error(f"{source}: no text to train on")
+
+    @staticmethod
+    def _read_docs(path: str) -> tuple[list[str], str]:
+        """Documents: blank-line separated text, or the `text` field of JSONL or hub rows."""
+        if is_hub_dataset(path) or Path(path).suffix == ".jsonl":
+            rows, source = _read_rows(path, None)
+            return [str(row.get("text", "")) for row in rows], source
+        file = _existing_file(path, "dataset")
+        return file.read_text().split("\n\n"), str(file)
 
 
 class MockDataset(Dataset):
