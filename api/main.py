@@ -19,7 +19,7 @@ from sqlalchemy.orm import sessionmaker
 
 from api.errors import install_error_handlers
 from api.prometheus import MetricsMiddleware, RequestStats
-from api.routes import jobs, system, telemetry
+from api.routes import jobs, projects, system, telemetry
 from jobs.store.engine import database_url, get_engine
 from jobs.store.settings import Settings, get_settings
 
@@ -68,7 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.request_stats = RequestStats()
     install_error_handlers(app)
     app.add_middleware(MetricsMiddleware, stats=app.state.request_stats)
-    for router in (jobs.router, telemetry.router, system.router):
+    for router in (jobs.router, telemetry.router, projects.router, system.router):
         app.include_router(router)
     _mount_dashboard(app)
     return app

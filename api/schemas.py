@@ -201,6 +201,20 @@ class ModelsPublic(BaseModel):
     data: list[ModelPublic]
 
 
+class ProjectPublic(BaseModel):
+    name: str
+    allow_remote_code: bool = Field(
+        description="Recipes of this project may set model.trust_remote_code: true."
+    )
+    created_at: datetime
+
+
+class ProjectUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    allow_remote_code: bool
+
+
 class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -82,13 +82,20 @@ def unstorable_text(value: Any, loc: str = "") -> list[FieldError]:
     return found
 
 
-def check_request(body: JobCreate, settings: Settings) -> Validated:
-    """Run every check; returns what to store, or raises InvalidRequest."""
+def check_request(
+    body: JobCreate, settings: Settings, allow_remote_code: bool = False
+) -> Validated:
+    """Run every check; returns what to store, or raises InvalidRequest.
+
+    `allow_remote_code` is the caller's project grant (the operator's is in `settings`).
+    """
     bad_text = unstorable_text(body.model_dump(mode="json"))
     if bad_text:
         raise InvalidRequest(bad_text[:20])
     resources = body.resources.model_dump()
-    result = validate_job(_recipe_input(body), body.overrides, resources, settings)
+    result = validate_job(
+        _recipe_input(body), body.overrides, resources, settings, allow_remote_code
+    )
     if not result.valid or result.recipe is None:
         raise InvalidRequest(result.errors or [FieldError("recipe", "invalid", "")])
     return Validated(result.recipe, result.plan, resources, queue_for(resources))

@@ -30,9 +30,29 @@ LEGACY_KWARGS = {
 }
 
 
-def check_model_kwargs(model: dict[str, Any]) -> list[FieldError]:
+REMOTE_CODE_FIX = (
+    "remove model.trust_remote_code, or have it allowed: the operator sets "
+    "TUNEYARD_ALLOW_REMOTE_CODE=1, or a project admin sends PATCH /v1/projects/<name> "
+    '{"allow_remote_code": true}'
+)
+
+
+def check_model_kwargs(model: dict[str, Any], allow_remote_code: bool = False) -> list[FieldError]:
     """Loader-kwarg rules; pops the legacy keys so the allowlist check does not repeat them."""
-    return _legacy_kwarg_errors(model) + _topology_kwarg_errors(model) + _value_errors(model)
+    errors = _legacy_kwarg_errors(model) + _topology_kwarg_errors(model) + _value_errors(model)
+    return errors + _remote_code_errors(model, allow_remote_code)
+
+
+def _remote_code_errors(model: dict[str, Any], allowed: bool) -> list[FieldError]:
+    value = model.get("trust_remote_code")
+    if value in (None, False):
+        return []
+    if value is not True:
+        return [FieldError("model.trust_remote_code", "must be true or false", "set true or false")]
+    if allowed:
+        return []
+    msg = "remote code is not allowed for this project (it would run the model's own Python)"
+    return [FieldError("model.trust_remote_code", msg, REMOTE_CODE_FIX)]
 
 
 def _legacy_kwarg_errors(model: dict[str, Any]) -> list[FieldError]:
@@ -64,14 +84,6 @@ def _value_errors(model: dict[str, Any]) -> list[FieldError]:
         for key in ("dtype", "torch_dtype")
         if model.get(key) is not None and str(model[key]).removeprefix("torch.") not in DTYPES
     ]
-    if model.get("trust_remote_code") not in (None, False):
-        errors.append(
-            FieldError(
-                "model.trust_remote_code",
-                "remote code is never run",
-                "remove model.trust_remote_code or set it to false",
-            )
-        )
     attn = model.get("attn_implementation")
     if attn is not None and attn not in ATTN_IMPLEMENTATIONS:
         errors.append(

@@ -87,7 +87,9 @@ def _fixed_sections(data: dict[str, Any], out: dict[str, Any]) -> list[FieldErro
     return errors + errs
 
 
-def _target_sections(data: dict[str, Any], out: dict[str, Any]) -> list[FieldError]:
+def _target_sections(
+    data: dict[str, Any], out: dict[str, Any], remote_code: bool
+) -> list[FieldError]:
     errors: list[FieldError] = []
     for name in TARGET_SECTIONS:
         value = data.get(name)
@@ -100,7 +102,7 @@ def _target_sections(data: dict[str, Any], out: dict[str, Any]) -> list[FieldErr
             fix = f"write {name}: as a YAML mapping with _target_ and its arguments"
             errors.append(FieldError(name, "must be a mapping with a _target_", fix))
         elif value is not None:
-            errors += _target_section(name, out[name])
+            errors += _target_section(name, out[name], remote_code)
     return errors
 
 
@@ -113,9 +115,9 @@ def _stray_targets(out: dict[str, Any]) -> list[FieldError]:
     return errors
 
 
-def _target_section(name: str, section: dict[str, Any]) -> list[FieldError]:
+def _target_section(name: str, section: dict[str, Any], remote_code: bool) -> list[FieldError]:
     """One `_target_` section, normalized in place: legacy keys out, synonyms folded."""
-    errors = check_model_kwargs(section) if name == "model" else []
+    errors = check_model_kwargs(section, remote_code) if name == "model" else []
     errors += fold_kwarg_synonyms(section, name)
     spec, errs = check_target_section(section, name)
     errors += errs
@@ -199,7 +201,9 @@ def normalize_recipe(
     errors += fold_synonyms(data)
     out: dict[str, Any] = {}
     out["recipe"], errs = check_recipe_name(data.get("recipe"))
-    errors += errs + _fixed_sections(data, out) + _target_sections(data, out)
+    errors += (
+        errs + _fixed_sections(data, out) + _target_sections(data, out, settings.allow_remote_code)
+    )
     errors += _stray_targets(out)
     setup, errs = setup_from_section(data.get("distributed"), resources.world_size)
     out["distributed"] = setup.to_dict() if setup else None

@@ -14,6 +14,7 @@ from jobs.recipe.checks import seq_length_of
 from jobs.recipe.distributed import DistributedSetup
 
 PLAN_KEYS = (
+    "trust_remote_code",
     "world_size",
     "nnodes",
     "nproc_per_node",

@@ -32,6 +32,9 @@ class RecipeSettings(BaseSettings):
     data_roots: str | None = None
     checkpoint_roots: str | None = None
     runs_dir: Path | None = None
+    # The operator's decision (CLI, single-tenant servers): a recipe may load a model
+    # directory's own Python (`model.trust_remote_code: true`). Off by default.
+    allow_remote_code: bool = False
 
     @property
     def resolved_runs_dir(self) -> Path:

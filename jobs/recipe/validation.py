@@ -149,9 +149,15 @@ def validate_job(
     overrides: Any = (),
     resources: Resources | dict[str, Any] | None = None,
     settings: RecipeSettings | None = None,
+    allow_remote_code: bool = False,
 ) -> ValidationResult:
-    """Check everything about a job; never raises for bad input."""
+    """Check everything about a job; never raises for bad input.
+
+    `allow_remote_code` is the project's grant; the operator's (`settings`) also allows it.
+    """
     settings = settings or RecipeSettings()
+    if allow_remote_code and not settings.allow_remote_code:
+        settings = settings.model_copy(update={"allow_remote_code": True})
     res, errors = coerce_resources(resources)
     data, load_errors = load_recipe(recipe)
     pairs, override_errors = _overrides(overrides)
@@ -165,6 +171,7 @@ def validate_job(
     normalized, setup, info, recipe_errors = normalize_recipe(data, res, settings)
     errors = _mark_overridden(errors + recipe_errors, {k for k, _ in pairs})
     plan = build_plan(normalized, setup, res, info)
+    plan["trust_remote_code"] = bool((normalized.get("model") or {}).get("trust_remote_code"))
     if errors or setup is None:
         return ValidationResult(False, errors, plan, None, setup)
     typed = build_recipe(normalized, setup.mesh_shape, res, plan)

@@ -32,6 +32,7 @@ class Principal:
     project_name: str
     role: str
     key_id: int | None = None
+    allow_remote_code: bool = False  # the project's grant, read with the key
 
     def can(self, role: str) -> bool:
         return ROLE_RANK[self.role] >= ROLE_RANK[role]
@@ -86,14 +87,14 @@ def verify_key(session: Session, raw_key: str) -> Principal | None:
     if not raw_key.startswith(KEY_PREFIX):
         return None
     row = session.execute(
-        select(ApiKey, Project.name)
+        select(ApiKey, Project.name, Project.allow_remote_code)
         .join(Project, Project.id == ApiKey.project_id)
         .where(ApiKey.key_hash == hash_key(raw_key))
     ).first()
     if row is None or row[0].revoked_at is not None:
         return None
-    key, project_name = row
-    return Principal(key.project_id, project_name, key.role, key.id)
+    key, project_name, remote_code = row
+    return Principal(key.project_id, project_name, key.role, key.id, bool(remote_code))
 
 
 def revoke_api_key(session: Session, key_id: int) -> bool:
@@ -107,4 +108,13 @@ def revoke_api_key(session: Session, key_id: int) -> bool:
 def default_principal(session: Session) -> Principal:
     """The caller when TUNEYARD_AUTH=off: admin of the `default` project."""
     project = get_or_create_project(session, DEFAULT_PROJECT)
-    return Principal(project.id, project.name, "admin")
+    return Principal(project.id, project.name, "admin", None, bool(project.allow_remote_code))
+
+
+def set_remote_code(session: Session, project_id: int, allowed: bool) -> Project:
+    """Record the project's remote-code grant; the caller commits."""
+    project = session.get(Project, project_id)
+    assert project is not None
+    project.allow_remote_code = allowed
+    session.flush()
+    return project

@@ -3,8 +3,13 @@ accelerator-only features."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from recipe_asserts import error_at
+
+from jobs.recipe.settings import RecipeSettings
+from jobs.recipe.validation import validate_job
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "auto", "torch.bfloat16"])
@@ -19,11 +24,30 @@ def test_unknown_dtype(validate, recipe, key):
     assert "float32" in error_at(validate(recipe), f"model.{key}").fix
 
 
-def test_trust_remote_code_is_refused(validate, recipe):
+def test_trust_remote_code_is_refused_unless_allowed(validate, recipe):
     recipe["model"]["trust_remote_code"] = True
-    error_at(validate(recipe), "model.trust_remote_code")
+    error = error_at(validate(recipe), "model.trust_remote_code")
+    assert "TUNEYARD_ALLOW_REMOTE_CODE=1" in error.fix and "allow_remote_code" in error.fix
     recipe["model"]["trust_remote_code"] = False
-    assert validate(recipe).valid
+    assert validate(recipe).valid and validate(recipe).plan["trust_remote_code"] is False
+    recipe["model"]["trust_remote_code"] = "yes"
+    error_at(validate(recipe), "model.trust_remote_code")
+
+
+def test_the_operator_or_a_project_grant_allows_remote_code(settings, recipe):
+    recipe["model"]["trust_remote_code"] = True
+    granted = validate_job(copy.deepcopy(recipe), settings=settings, allow_remote_code=True)
+    assert granted.valid and granted.plan["trust_remote_code"] is True
+    assert granted.typed.model.get("trust_remote_code") is True
+    operator = settings.model_copy(update={"allow_remote_code": True})
+    assert validate_job(copy.deepcopy(recipe), settings=operator).valid
+
+
+def test_the_operator_setting_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("TUNEYARD_ALLOW_REMOTE_CODE", "1")
+    assert RecipeSettings().allow_remote_code is True
+    monkeypatch.setenv("TUNEYARD_ALLOW_REMOTE_CODE", "0")
+    assert RecipeSettings().allow_remote_code is False
 
 
 def test_unknown_attention_implementation(validate, recipe):

@@ -138,6 +138,7 @@ def test_plan_has_every_key(validate, recipe):
     recipe["step_scheduler"]["global_batch_size"] = 16
     plan = validate(recipe, nproc_per_node=4).plan
     assert plan == {
+        "trust_remote_code": False,
         "world_size": 4,
         "nnodes": 1,
         "nproc_per_node": 4,

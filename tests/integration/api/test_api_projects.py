@@ -1,0 +1,64 @@
+"""The project's remote-code grant: only its admin changes it, and it decides whether a
+recipe may set `model.trust_remote_code: true`; each job's plan records the answer."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+
+@pytest.fixture
+def remote_code_body(body):
+    body = copy.deepcopy(body)
+    body["recipe"]["model"]["trust_remote_code"] = True
+    return body
+
+
+def grant(client, stack, allowed: bool, role: str = "admin"):
+    return client.patch(f"/v1/projects/{stack.project}", json={"allow_remote_code": allowed},
+                        headers=stack.headers(role))  # fmt: skip
+
+
+def test_remote_code_is_refused_until_an_admin_grants_it(client, stack, remote_code_body):
+    try:
+        refused = client.post("/v1/jobs", json=remote_code_body, headers=stack.headers())
+        assert refused.status_code == 422
+        [error] = refused.json()["errors"]
+        assert error["loc"] == "model.trust_remote_code" and "PATCH /v1/projects" in error["fix"]
+        answer = grant(client, stack, True)
+        assert answer.status_code == 200 and answer.json()["allow_remote_code"] is True
+        stored = client.post("/v1/jobs", json=remote_code_body, headers=stack.headers())
+        assert stored.status_code == 201, stored.text
+        assert stored.json()["plan"]["trust_remote_code"] is True
+    finally:
+        grant(client, stack, False)
+    again = client.post("/v1/jobs:validate", json=remote_code_body, headers=stack.headers())
+    assert again.status_code == 422
+
+
+def test_jobs_without_remote_code_record_false(client, stack, body):
+    stored = client.post("/v1/jobs", json=body, headers=stack.headers())
+    assert stored.status_code == 201 and stored.json()["plan"]["trust_remote_code"] is False
+
+
+def test_only_the_projects_admin_may_change_the_grant(client, stack):
+    assert grant(client, stack, True, role="submit").status_code == 403
+    other = client.patch(f"/v1/projects/{stack.project}", json={"allow_remote_code": True},
+                         headers=stack.headers("other"))  # fmt: skip
+    assert other.status_code == 404  # another project's admin does not see it
+    assert (
+        client.get(f"/v1/projects/{stack.project}", headers=stack.headers("read")).json()[
+            "allow_remote_code"
+        ]
+        is False
+    )
+
+
+def test_a_bad_update_is_a_field_error(client, stack):
+    answer = client.patch(f"/v1/projects/{stack.project}", json={"allow_remote_code": "maybe"},
+                          headers=stack.headers("admin"))  # fmt: skip
+    assert answer.status_code == 422 and answer.json()["errors"][0]["loc"] == "allow_remote_code"
+    extra = client.patch(f"/v1/projects/{stack.project}", json={"owner": "me"},
+                         headers=stack.headers("admin"))  # fmt: skip
+    assert extra.status_code == 422
