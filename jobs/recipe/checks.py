@@ -208,20 +208,6 @@ def check_lr_scheduler(
     return errors
 
 
-def check_accelerator(recipe: dict[str, Any], accelerator: str) -> list[FieldError]:
-    errors = []
-    for name, what in (("fp8", "FP8 training"), ("qat", "quantization-aware training")):
-        if (recipe.get(name) or {}).get("enabled") and accelerator != "cuda":
-            errors.append(
-                FieldError(
-                    f"{name}.enabled",
-                    f"{what} needs a CUDA accelerator, the job has {accelerator}",
-                    f"set {name}.enabled: false or run with resources.accelerator: cuda",
-                )
-            )
-    return errors
-
-
 def check_peft(peft: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[FieldError]]:
     if peft is None:
         return None, []

@@ -182,44 +182,40 @@ _CAPABILITY_FIELDS = (
 )
 
 
-def _expert_parallel_layout_errors(
-    distributed: dict[str, Any], peft_enabled: bool
-) -> list[FieldError]:
-    """The trainer spreads experts over all data-parallel ranks: ep_size == dp_size, with
-    tp_size and dp_replicate_size 1 and no LoRA (the trainer refuses the rest too)."""
-    ep, dp = int(distributed["ep_size"]), distributed.get("dp_size")
-    if peft_enabled:
-        return [
-            FieldError(
-                "distributed.ep_size",
-                "LoRA wraps the grouped expert tensors that expert parallelism spreads",
-                "set distributed.ep_size: 1 or remove the peft section",
-            )
-        ]
-    tp = int(distributed.get("tp_size") or 1)
-    replicate = int(distributed.get("dp_replicate_size") or 1)
-    if tp == 1 and replicate == 1 and (not isinstance(dp, int) or dp == ep):
-        return []
-    fix = f"set distributed.ep_size: {dp}" if tp == replicate == 1 else "set distributed.ep_size: 1"
+# pp and cp are refused for every architecture (jobs.recipe.trainer_support), until the
+# trainer runs them; these are the sizes whose support depends on the model.
+_MODEL_PARALLEL_FIELDS = tuple(f for f in _CAPABILITY_FIELDS if f[0] in ("tp_size", "ep_size"))
+
+
+def _unknown_architecture_errors(distributed: dict[str, Any]) -> list[FieldError]:
+    fix = (
+        "point model.pretrained_model_name_or_path at a local directory, put the model in the "
+        "server's Hugging Face cache, or set {key}: 1"
+    )
     return [
         FieldError(
-            "distributed.ep_size",
-            f"expert parallelism spreads experts over all data-parallel ranks: ep_size {ep} "
-            f"must equal dp_size ({dp}) with tp_size 1 and dp_replicate_size 1",
-            fix,
+            f"distributed.{key}",
+            f"{what} depends on the architecture, and the model's config.json is not readable here",
+            fix.format(key=f"distributed.{key}"),
         )
+        for key, _, what in _MODEL_PARALLEL_FIELDS
+        if int(distributed.get(key) or 1) > 1
     ]
 
 
 def capability_errors(
     architecture: str | None, distributed: dict[str, Any], peft_enabled: bool
 ) -> list[FieldError]:
-    """One error per parallelism the architecture cannot run (HF fallback: data parallel)."""
+    """One error per parallelism the architecture cannot run (HF fallback: data parallel).
+
+    When the model's config cannot be read here (a hub model not in the API's cache), a
+    model-parallel size cannot be checked, so it is refused rather than left to the worker.
+    """
     if architecture is None:
-        return []
+        return _unknown_architecture_errors(distributed)
     caps: ModelCapabilities = capabilities_for(architecture)
     errors = []
-    for size_field, flag, what in _CAPABILITY_FIELDS:
+    for size_field, flag, what in _MODEL_PARALLEL_FIELDS:
         if int(distributed.get(size_field) or 1) > 1 and not getattr(caps, flag):
             errors.append(
                 FieldError(
@@ -228,8 +224,6 @@ def capability_errors(
                     f"set distributed.{size_field}: 1",
                 )
             )
-    if int(distributed.get("ep_size") or 1) > 1 and caps.supports_ep:
-        errors += _expert_parallel_layout_errors(distributed, peft_enabled)
     if distributed.get("sequence_parallel") and not caps.supports_sequence_parallel:
         errors.append(
             FieldError(

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.recipe.checks import (
-    check_accelerator,
     check_checkpoint_paths,
     check_data_paths,
     check_dataset_values,
@@ -48,6 +47,7 @@ from jobs.recipe.schema import (
 )
 from jobs.recipe.settings import RecipeSettings
 from jobs.recipe.targets import check_target_section, fold_kwarg_synonyms, stray_target_errors
+from jobs.recipe.trainer_support import check_trainer_support
 
 SECTION_KINDS = {
     "model": "model",
@@ -184,7 +184,7 @@ def _bounds(out: dict[str, Any], accelerator: str) -> list[FieldError]:
         errors += check_lr_scheduler(
             out["lr_scheduler"], optimizer.get("lr"), out["step_scheduler"].get("max_steps")
         )
-    errors += check_accelerator(out, accelerator)
+    errors += check_trainer_support(out, accelerator)
     dataset = out["dataset"] if isinstance(out.get("dataset"), dict) else {}
     out["packed_sequence"], errs = check_packing(out["packed_sequence"], dataset)
     return errors + errs

@@ -49,9 +49,12 @@ def test_mesh_for_ddp_and_megatron_fsdp():
 
 
 @pytest.mark.parametrize("alias", ["megatron_fsdp", "megatron-fsdp", "mfsdp", "MFSDP"])
-def test_megatron_fsdp_aliases(validate, hub_recipe, alias):
+def test_megatron_fsdp_aliases_resolve_and_are_refused_until_the_trainer_runs_it(
+    validate, hub_recipe, alias
+):
     hub_recipe["distributed"]["strategy"] = alias
-    assert validate(hub_recipe).recipe["topology"]["strategy"] == "megatron_fsdp"
+    error = error_at(validate(hub_recipe), "distributed.strategy")
+    assert "'megatron_fsdp'" in error.msg and "not supported" in error.msg
 
 
 def test_build_is_a_value_error_and_frozen():
@@ -178,11 +181,18 @@ def test_fsdp2_ep_must_divide_dp_cp_tp():
     DistributedSetup.build(parallelism_sizes=ParallelismSizes(ep_size=3), world_size=6)
 
 
-def test_sequence_parallel_needs_tp(validate, hub_recipe):
-    hub_recipe["distributed"]["sequence_parallel"] = True
-    error_at(validate(hub_recipe), "distributed.sequence_parallel")
+def test_sequence_parallel_needs_tp(validate, recipe):
+    recipe["distributed"]["sequence_parallel"] = True
+    error_at(validate(recipe), "distributed.sequence_parallel")
+    recipe["distributed"]["tp_size"] = 2
+    assert validate(recipe, nproc_per_node=2).valid
+
+
+def test_model_parallel_sizes_need_a_readable_config(validate, hub_recipe):
+    """An uncached hub model's architecture is unknown: its tp support cannot be checked."""
     hub_recipe["distributed"]["tp_size"] = 2
-    assert validate(hub_recipe, nproc_per_node=2).valid
+    error = error_at(validate(hub_recipe, nproc_per_node=2), "distributed.tp_size")
+    assert "config.json is not readable" in error.msg and "cache" in error.fix
 
 
 @pytest.mark.parametrize("mode", [False, True, "full", "selective"])
@@ -239,9 +249,9 @@ def test_distributed_setup_and_device_mesh_together(validate, hub_recipe):
     assert "exclusive" in error_at(validate(hub_recipe), "model.device_mesh").msg
 
 
-def test_normalized_distributed_section(validate, hub_recipe):
-    hub_recipe["distributed"].update(tp_size=2, sequence_parallel=True)
-    dist = validate(hub_recipe, nproc_per_node=4).recipe["topology"]
+def test_normalized_distributed_section(validate, recipe):
+    recipe["distributed"].update(tp_size=2, sequence_parallel=True)
+    dist = validate(recipe, nproc_per_node=4).recipe["topology"]
     assert dist["strategy"] == "fsdp2" and dist["dp_size"] == 2 and dist["sequence_parallel"]
 
 

@@ -1,0 +1,132 @@
+"""What tuneyard's trainer can run: every refusal it would make for a recipe, made at submit.
+
+A job that validates must run: a recipe the trainer cannot train is refused here, at the
+field to change, before it is stored, queued or given a GPU. Each rule below has a test
+that names the trainer code it stands for (tests/unit/jobs/recipe/test_trainer_support.py
+walks the trainer for its refusal sites and fails when one has no rule here).
+
+`check_trainer_support` takes the normalized recipe (sections with every default filled)
+and the job's accelerator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.recipe.errors import FieldError
+
+BACKEND_OF = {"cuda": "nccl", "cpu": "gloo"}
+NOT_YET = "is not supported by tuneyard's trainer yet"
+
+
+def check_trainer_support(recipe: dict[str, Any], accelerator: str) -> list[FieldError]:
+    distributed = recipe.get("distributed") or {}
+    return [
+        *_parallelism_errors(distributed),
+        *_expert_parallel_errors(distributed),
+        *_peft_errors(recipe.get("peft") is not None, distributed),
+        *_checkpoint_errors(recipe.get("checkpoint") or {}),
+        *_quantization_errors(recipe, accelerator),
+        *_backend_errors(recipe.get("dist_env") or {}, accelerator),
+    ]
+
+
+def _size(distributed: dict[str, Any], key: str) -> int:
+    value = distributed.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
+def _parallelism_errors(distributed: dict[str, Any]) -> list[FieldError]:
+    errors = [
+        FieldError(
+            f"distributed.{key}", f"{what} ({key} > 1) {NOT_YET}", f"set distributed.{key}: 1"
+        )
+        for key, what in (("pp_size", "pipeline parallelism"), ("cp_size", "context parallelism"))
+        if _size(distributed, key) > 1
+    ]
+    strategy = distributed.get("strategy")
+    if strategy not in (None, "fsdp2", "ddp"):
+        msg = f"strategy {strategy!r} {NOT_YET}"
+        errors.append(FieldError("distributed.strategy", msg, "use strategy: fsdp2 or ddp"))
+    if strategy == "ddp" and _size(distributed, "tp_size") > 1:
+        msg = "DDP replicates whole models and cannot shard them for tensor parallelism"
+        errors.append(FieldError("distributed.tp_size", msg, "use strategy: fsdp2 or tp_size: 1"))
+    return errors
+
+
+def _expert_parallel_errors(distributed: dict[str, Any]) -> list[FieldError]:
+    """Experts are spread over all data-parallel ranks: ep == dp, with tp 1 and no replicas."""
+    ep = _size(distributed, "ep_size")
+    if ep == 1:
+        return []
+    if distributed.get("strategy") != "fsdp2":
+        return [FieldError("distributed.ep_size", "expert parallelism needs strategy: fsdp2",
+                           "set distributed.strategy: fsdp2 or ep_size: 1")]  # fmt: skip
+    dp, tp = distributed.get("dp_size"), _size(distributed, "tp_size")
+    replicate = _size(distributed, "dp_replicate_size")
+    if tp == 1 and replicate == 1 and dp == ep:
+        return []
+    msg = (
+        f"expert parallelism spreads experts over all data-parallel ranks: ep_size {ep} "
+        f"must equal dp_size ({dp}) with tp_size 1 and dp_replicate_size 1"
+    )
+    fix = f"set distributed.ep_size: {dp}" if tp == replicate == 1 else "set distributed.ep_size: 1"
+    return [FieldError("distributed.ep_size", msg, fix)]
+
+
+def _peft_errors(peft: bool, distributed: dict[str, Any]) -> list[FieldError]:
+    if not peft:
+        return []
+    errors = []
+    if _size(distributed, "tp_size") > 1:
+        msg = f"LoRA with tensor parallelism {NOT_YET} (the adapters wrap the sharded projections)"
+        errors.append(
+            FieldError(
+                "distributed.tp_size", msg, "set distributed.tp_size: 1 or remove the peft section"
+            )
+        )
+    if _size(distributed, "ep_size") > 1:
+        msg = "LoRA wraps the grouped expert tensors that expert parallelism spreads"
+        errors.append(
+            FieldError(
+                "distributed.ep_size", msg, "set distributed.ep_size: 1 or remove the peft section"
+            )
+        )
+    return errors
+
+
+def _checkpoint_errors(checkpoint: dict[str, Any]) -> list[FieldError]:
+    errors = []
+    if checkpoint.get("model_save_format", "safetensors") != "safetensors":
+        msg = (
+            f"model_save_format {checkpoint['model_save_format']!r} {NOT_YET}: checkpoints are "
+            "consolidated Hugging Face safetensors (loadable by transformers and peft)"
+        )
+        errors.append(
+            FieldError("checkpoint.model_save_format", msg, "set model_save_format: safetensors")
+        )
+    if checkpoint.get("save_consolidated") is False:
+        msg = f"save_consolidated: false {NOT_YET}: every checkpoint is consolidated"
+        errors.append(FieldError("checkpoint.save_consolidated", msg, "remove save_consolidated"))
+    return errors
+
+
+def _quantization_errors(recipe: dict[str, Any], accelerator: str) -> list[FieldError]:
+    errors = []
+    for name, what in (("fp8", "FP8 training"), ("qat", "quantization-aware training")):
+        if not (recipe.get(name) or {}).get("enabled"):
+            continue
+        if accelerator != "cuda":
+            msg = f"{what} needs a CUDA accelerator (resources.accelerator: cuda), the job has {accelerator}"
+        else:
+            msg = f"{what} {NOT_YET} (it needs torchao's CUDA kernels, which the trainer does not wire)"
+        errors.append(FieldError(f"{name}.enabled", msg, f"set {name}.enabled: false"))
+    return errors
+
+
+def _backend_errors(dist_env: dict[str, Any], accelerator: str) -> list[FieldError]:
+    requested, actual = dist_env.get("backend"), BACKEND_OF.get(accelerator, "gloo")
+    if requested in (None, actual):
+        return []
+    msg = f"{requested} cannot run on {accelerator} (the trainer uses {actual} there)"
+    return [FieldError("dist_env.backend", msg, f"set dist_env.backend: {actual} or remove it")]
