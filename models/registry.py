@@ -1,9 +1,13 @@
 """The native model registry: a torch-free table from architecture name to implementation.
 
 Each row names the module and class that implement an architecture natively, what the
-trainer can run for it (`ModelCapabilities`) and how it treats tied embeddings
-(`TieSupport`). The API and `tuneyard validate` read this table without importing torch;
-the loader in `models.auto` imports the class only when it builds a model.
+trainer can run for it (`ModelCapabilities`), how it treats tied embeddings (`TieSupport`),
+and, as "module:attribute" references resolved only when used, the family's parallel plan
+(`models.common.parallelize.ParallelPlan`: the common dense one unless the family folder
+has its own `parallelize.py`) and its state-dict adapter (None when native names and
+layouts equal Hugging Face's). The API and `tuneyard validate` read this table without
+importing torch; the loader in `models.auto` imports the class only when it builds a model,
+and `models.hooks` the plan and adapter only when the trainer shards or converts one.
 Architectures not in the table fall back to the Hugging Face class and get
 `HF_FALLBACK_CAPABILITIES` (data parallelism only).
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class TieSupport(StrEnum):
@@ -33,6 +38,7 @@ class ModelCapabilities:
 
 
 HF_FALLBACK_CAPABILITIES = ModelCapabilities()
+DENSE_PARALLEL_PLAN = "models.common.parallelize:DENSE_PLAN"
 
 
 @dataclass(frozen=True)
@@ -45,11 +51,13 @@ class ArchEntry:
     family: str
     notes: str = ""
     config_model_types: tuple[str, ...] = field(default_factory=tuple)
+    parallel_plan: str = DENSE_PARALLEL_PLAN
+    state_dict_adapter: str | None = None
 
 
 _DENSE_TP = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
-# Sparse MoE: FSDP2, LoRA and expert parallelism (experts spread over the dp ranks).
-_MOE_NO_TP = ModelCapabilities(supports_tp=False, supports_ep=True)
+# Sparse MoE: FSDP2, LoRA and expert parallelism; sparse layers have no TP plan.
+_MOE_EP = ModelCapabilities(supports_tp=False, supports_ep=True)
 
 _REGISTRY: dict[str, ArchEntry] = {}
 
@@ -69,11 +77,15 @@ for _entry in (
               config_model_types=("qwen2",)),
     ArchEntry("Qwen3ForCausalLM", "models.qwen3.model", "Qwen3ForCausalLM", _DENSE_TP,
               TieSupport.BOTH, "qwen3", notes="sliding-window configs load with the HF class",
-              config_model_types=("qwen3",)),
+              config_model_types=("qwen3",),
+              parallel_plan="models.qwen3.parallelize:QWEN3_PLAN"),
     ArchEntry("Qwen3MoeForCausalLM", "models.qwen3_moe.model", "Qwen3MoeForCausalLM",
-              _MOE_NO_TP, TieSupport.UNTIED_ONLY, "qwen3_moe",
-              notes="no TP/EP plan yet (experts replicated per rank, FSDP shards them)",
-              config_model_types=("qwen3_moe",)),
+              _MOE_EP, TieSupport.UNTIED_ONLY, "qwen3_moe",
+              notes="expert parallelism spreads the experts over all data-parallel ranks "
+                    "(ep_size == dp_size, strategy fsdp2, no LoRA); no tensor-parallel plan",
+              config_model_types=("qwen3_moe",),
+              parallel_plan="models.qwen3_moe.parallelize:QWEN3_MOE_PLAN",
+              state_dict_adapter="models.qwen3_moe.state_dict_adapter:Qwen3MoeStateDictAdapter"),
 ):  # fmt: skip
     register(_entry)
 
@@ -95,6 +107,24 @@ def load_class(entry: ArchEntry) -> type:
     return getattr(importlib.import_module(entry.module), entry.class_name)
 
 
+def resolve_reference(reference: str) -> Any:
+    """The object a "package.module:attribute" reference names (raises what the import raises)."""
+    module, sep, attribute = reference.partition(":")
+    if not (sep and module and attribute):
+        raise ValueError(f"{reference!r} is not a 'package.module:attribute' reference")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def load_parallel_plan(entry: ArchEntry) -> Any:
+    """The row's `ParallelPlan` (FSDP units, tensor- and expert-parallel plans)."""
+    return resolve_reference(entry.parallel_plan)
+
+
+def load_state_dict_adapter(entry: ArchEntry) -> Any | None:
+    """The row's state-dict adapter class, or None when names match Hugging Face's."""
+    return resolve_reference(entry.state_dict_adapter) if entry.state_dict_adapter else None
+
+
 def registered_architectures() -> list[ArchEntry]:
     return [_REGISTRY[name] for name in sorted(_REGISTRY)]
 
@@ -106,12 +136,14 @@ def capabilities_for(architecture: str | None) -> ModelCapabilities:
 
 
 def import_failures() -> dict[str, str]:
-    """Rows whose implementation does not import, with the reason (reported, never dropped)."""
+    """Rows whose class, parallel plan or state-dict adapter does not import, with the
+    reason (reported, never dropped)."""
     failures: dict[str, str] = {}
     for name, entry in _REGISTRY.items():
         try:
-            module = importlib.import_module(entry.module)
-            getattr(module, entry.class_name)
+            load_class(entry)
+            load_parallel_plan(entry)
+            load_state_dict_adapter(entry)
         except Exception as exc:  # noqa: BLE001 - any import error is reported as is
             failures[name] = f"{type(exc).__name__}: {exc}"
     return failures

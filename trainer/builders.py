@@ -9,7 +9,6 @@ that cannot run them, LoRA options peft refuses.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -214,8 +213,3 @@ def build_lr_scheduler(
 def build_loss(recipe: dict[str, Any]) -> nn.Module:
     section = recipe.get("loss_fn")
     return build_target(section, "loss_fn") if section else MaskedCrossEntropy()
-
-
-def model_dir(recipe: dict[str, Any]) -> Path | None:
-    path = (recipe.get("model") or {}).get("pretrained_model_name_or_path")
-    return Path(path) if path else None

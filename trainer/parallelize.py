@@ -1,12 +1,15 @@
 """Sharding a built model: tensor parallel, activation checkpointing, FSDP2 or DDP, compile.
 
-One function, `parallelize`, applies the steps in a fixed order (torchtitan's order, which
-is the seed's "sharding, device placement, compile" spelled out): move to the device,
-tensor parallelism on the mesh's `tp` axis with the plan from `models.hooks.tp_plan`,
-expert parallelism (`models.hooks.apply_expert_parallel` over the data-parallel ranks;
-FSDP2 then leaves the expert tensors alone), activation checkpointing per decoder layer,
-then data parallelism: FSDP2 (`fully_shard` per decoder layer, then the root; a
-`MixedPrecisionPolicy` on CUDA only) or DDP. The model is compiled last. `clip_grad_norm` handles gradients that live on different meshes.
+One function, `parallelize`, asks `models.hooks.parallel_plan` for the model family's plan
+(the trainer holds no family knowledge, so a new model never edits this file) and applies
+the steps in a fixed order: move to the device; tensor parallelism on the mesh's `tp` axis
+with the plan's DTensor plan, first, because `parallelize_module` needs the plain modules;
+expert parallelism over the data-parallel ranks, before FSDP2, which must be told to leave
+the expert DTensors alone; activation checkpointing per decoder layer, so each FSDP unit
+wraps a checkpointed layer; then data parallelism: FSDP2 (`fully_shard` per FSDP unit of
+the plan, then the root; a `MixedPrecisionPolicy` on CUDA only) or DDP. The model is
+compiled last, so it traces the sharded modules. `clip_grad_norm` handles gradients that
+live on different meshes.
 """
 
 from __future__ import annotations
@@ -23,31 +26,35 @@ from torch.distributed.tensor.parallel import parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
 from models import hooks
+from models.common.parallelize import ParallelPlan
 from trainer.distributed import Topology
 from trainer.errors import unsupported
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def apply_tensor_parallel(model: nn.Module, topology: Topology, sequence_parallel: bool) -> None:
-    reason = hooks.tp_unsupported_reason(model, topology.tp_size)
+def apply_tensor_parallel(
+    model: nn.Module, plan: ParallelPlan, topology: Topology, sequence_parallel: bool
+) -> None:
+    reason = plan.tp_unsupported_reason(model, topology.tp_size)
     if reason:
         raise unsupported(f"distributed.tp_size: {reason}; set distributed.tp_size: 1")
-    plan = hooks.tp_plan(model, sequence_parallel=sequence_parallel)
-    parallelize_module(model, topology.tp_mesh, plan)
+    parallelize_module(model, topology.tp_mesh, plan.tp_plan(model, sequence_parallel))
 
 
-def apply_expert_parallel(model: nn.Module, topology: Topology) -> set[nn.Parameter]:
+def apply_expert_parallel(
+    model: nn.Module, plan: ParallelPlan, topology: Topology
+) -> set[nn.Parameter]:
     """Spread the experts over the dp ranks; returns the expert parameters FSDP must ignore.
 
     A local expert's gradient is that of the sum of the ep ranks' losses, while FSDP
     averages the other gradients over the same ranks: a hook divides by ep_size so both
     follow the trainer's loss convention (local loss x dp_size / global label count).
     """
-    reason = hooks.ep_unsupported_reason(model, topology.ep_size)
+    reason = plan.ep_unsupported_reason(model, topology.ep_size)
     if reason:
         raise unsupported(f"distributed.ep_size: {reason}; set distributed.ep_size: 1")
-    params = hooks.apply_expert_parallel(model, topology.dp_mesh)
+    params = plan.apply_expert_parallel(model, topology.dp_mesh)
     scale = 1.0 / topology.ep_size
     for param in params:
         if param.requires_grad:
@@ -55,26 +62,17 @@ def apply_expert_parallel(model: nn.Module, topology: Topology) -> set[nn.Parame
     return set(params)
 
 
-def apply_activation_checkpointing(model: nn.Module, mode: Any) -> None:
+def apply_activation_checkpointing(model: nn.Module, plan: ParallelPlan, mode: Any) -> None:
     """'full'/True wraps every decoder layer; 'selective' wraps every second layer."""
     if not mode:
         return
     every = 2 if mode == "selective" else 1
-    container = _layers_container(model)
+    try:
+        container = plan.decoder_layer_list(model)
+    except ValueError as exc:
+        raise unsupported(f"distributed.activation_checkpointing: {exc}") from None
     for index in range(0, len(container), every):
         container[index] = checkpoint_wrapper(container[index], preserve_rng_state=True)
-
-
-def _layers_container(model: nn.Module) -> nn.ModuleList:
-    layers = hooks.decoder_layers(model)
-    for module in model.modules():
-        if (
-            isinstance(module, nn.ModuleList)
-            and len(module) == len(layers)
-            and all(a is b for a, b in zip(module, layers, strict=True))
-        ):
-            return module
-    raise unsupported(f"{type(model).__name__}: cannot find the decoder layer list")
 
 
 def _mp_policy(distributed: dict[str, Any], device: torch.device) -> MixedPrecisionPolicy:
@@ -97,6 +95,7 @@ def _mp_policy(distributed: dict[str, Any], device: torch.device) -> MixedPrecis
 
 def apply_fsdp2(
     model: nn.Module,
+    plan: ParallelPlan,
     topology: Topology,
     distributed: dict[str, Any],
     device: torch.device,
@@ -109,8 +108,12 @@ def apply_fsdp2(
         reshard_after_forward=distributed.get("reshard_after_forward"),
         ignored_params=ignored or None,
     )
-    for layer in _layers_container(model):
-        fully_shard(layer, **options)
+    try:
+        units = plan.fsdp_units(model)
+    except ValueError as exc:
+        raise unsupported(f"distributed.strategy fsdp2: {exc}") from None
+    for unit in units:
+        fully_shard(unit, **options)
     fully_shard(model, **options)
 
 
@@ -123,18 +126,19 @@ def parallelize(
 ) -> nn.Module:
     """Shard `model` in place and return the module to call (DDP- or compile-wrapped)."""
     model.to(device)
+    plan = hooks.parallel_plan(model)
     if topology.tp_size > 1:
-        apply_tensor_parallel(model, topology, bool(distributed.get("sequence_parallel")))
+        apply_tensor_parallel(model, plan, topology, bool(distributed.get("sequence_parallel")))
     strategy = distributed.get("strategy", "fsdp2")
     experts: set[nn.Parameter] = set()
     if topology.ep_size > 1:
         if strategy != "fsdp2":
             raise unsupported("distributed.ep_size > 1 needs strategy: fsdp2")
-        experts = apply_expert_parallel(model, topology)
-    apply_activation_checkpointing(model, distributed.get("activation_checkpointing"))
+        experts = apply_expert_parallel(model, plan, topology)
+    apply_activation_checkpointing(model, plan, distributed.get("activation_checkpointing"))
     forward_model: nn.Module = model
     if strategy == "fsdp2":
-        apply_fsdp2(model, topology, distributed, device, experts)
+        apply_fsdp2(model, plan, topology, distributed, device, experts)
     elif strategy == "ddp" and topology.dp_size > 1:
         if topology.tp_size > 1:
             raise unsupported(

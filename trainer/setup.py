@@ -1,11 +1,13 @@
-"""Setup of a fine-tuning run: every component, built and restored in the seed's order.
+"""Setup of a fine-tuning run: every component, built and restored in one fixed order.
 
-`setup_run` builds the tokenizer and model, then applies infrastructure in the order of
-seed 003: PEFT, fp8/QAT (refused where unavailable), load/restore of checkpointed weights,
-freezing (PEFT freezes the base model), sharding and device placement
-(`trainer.parallelize`), `torch.compile`; context-parallel hooks are not needed because
-`cp_size > 1` is refused. Then the data loaders, optimizer, LR scheduler and loss, and the
-optimizer, scheduler, data position and RNG of the checkpoint being resumed.
+`setup_run` builds the tokenizer and model, then applies infrastructure in this order:
+PEFT (which freezes the base model), fp8/QAT (refused where unavailable), load/restore of
+checkpointed weights (after PEFT, so a LoRA checkpoint finds its adapter modules; before
+sharding, so whole tensors load into plain modules), sharding and device placement
+(`trainer.parallelize`), `torch.compile` (last, so it traces the sharded modules);
+context-parallel hooks are not needed because `cp_size > 1` is refused. Then the data
+loaders, optimizer, LR scheduler and loss, and the optimizer, scheduler, data position and
+RNG of the checkpoint being resumed.
 """
 
 from __future__ import annotations
@@ -129,21 +131,21 @@ class ModelStack:
 def build_model_stack(
     recipe: dict[str, Any], env: DistEnv, topology: Topology, ckpt: Path | None
 ) -> ModelStack:
-    """Tokenizer and model, then seed 003's infrastructure order, steps 1 to 9."""
+    """Tokenizer and model, then the infrastructure in the module docstring's order."""
     tokenizer = builders.load_tokenizer(recipe)
     model = builders.build_model(recipe)
     builders.check_vocab(tokenizer, model)
     architecture = architecture_of(model)
     check_peft_parallelism(recipe)
-    model = builders.apply_peft(model, recipe.get("peft"))  # 1. PEFT (freezes the base: 5.)
+    model = builders.apply_peft(model, recipe.get("peft"))  # PEFT freezes the base model
     is_peft = recipe.get("peft") is not None
-    builders.refuse_quantization(recipe, env.device)  # 2. fp8, 3. QAT
-    if ckpt is not None:  # 4. load/restore
+    builders.refuse_quantization(recipe, env.device)
+    if ckpt is not None:
         _restore_weights(model, ckpt, is_peft)
-    distributed = recipe.get("distributed") or {}  # 6. sharding, 7. device, 8. compile
+    distributed = recipe.get("distributed") or {}  # sharding, device, compile
     forward_model = parallelize(model, topology, distributed, env.device, recipe.get("compile"))
     forward_model.train()  # from_pretrained returns eval mode: dropout would stay off
-    return ModelStack(tokenizer, model, forward_model, is_peft, architecture)  # 9. cp: refused
+    return ModelStack(tokenizer, model, forward_model, is_peft, architecture)
 
 
 def setup_run(recipe: dict[str, Any], run_dir: Path, env: DistEnv) -> TrainingRun:

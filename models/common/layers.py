@@ -3,10 +3,10 @@
 One attention, one SwiGLU MLP, one RMSNorm and one decoder stack, switched by config:
 `attention_bias` (Qwen2's q/k/v bias), `qk_norm` (Qwen3's per-head RMSNorm on q and k), and
 an MLP factory (the MoE family swaps in its sparse block). Module and parameter names are
-the Hugging Face ones, so dense checkpoints load without renaming and the trainer's
-hooks (`models.hooks`) shard native and Hugging Face models with one plan. Attention uses
-`scaled_dot_product_attention` and takes its local head count from the projection's
-output, so colwise-sharded q/k/v (tensor parallelism) work unchanged.
+the Hugging Face ones, so dense checkpoints load without renaming and the common dense
+parallel plan (`models.common.parallelize`) shards native and Hugging Face models alike.
+Attention uses `scaled_dot_product_attention` and takes its local head count from the
+projection's output, so colwise-sharded q/k/v (tensor parallelism) work unchanged.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tied input/output embeddings policy (seed 000 section 2.3).
+"""Tied input/output embeddings policy: which classes may tie, and who decides.
 
 Every native causal-LM class declares `tie_word_embeddings_support` (a `TieSupport`).
 `reject_unsupported_tie_word_embeddings` runs first in each `__init__` and refuses a config

@@ -119,7 +119,7 @@ def load_balancing_loss(
     top_k: int,
     attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Switch-Transformer auxiliary loss (eqs. 4-6), summed over layers as transformers does:
+    """Switch-Transformer load-balancing loss, summed over layers as transformers does:
     num_experts * sum_e(fraction of routed slots to e * mean router probability of e),
     counting only non-padding tokens when a mask is given."""
     device = router_logits[0].device

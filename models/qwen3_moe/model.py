@@ -51,9 +51,9 @@ class Qwen3MoeForCausalLM(NativeCausalLM):
 
     @classmethod
     def get_capabilities(cls, config: Any) -> ModelCapabilities:
-        """Sparse variants: FSDP, LoRA and expert parallelism (`models.hooks.
-        apply_expert_parallel`); a config without sparse layers is a dense Qwen3 stack,
-        which the Llama-style TP plan shards (and which has no experts to spread)."""
+        """Sparse variants: FSDP, LoRA and expert parallelism (`Qwen3MoeParallelPlan` in
+        `parallelize.py`); a config without sparse layers is a dense Qwen3 stack, which the
+        common dense TP plan shards (and which has no experts to spread)."""
         dense = not any(is_sparse_layer(config, i) for i in range(config.num_hidden_layers))
         return ModelCapabilities(
             supports_tp=dense, supports_sequence_parallel=dense, supports_ep=not dense

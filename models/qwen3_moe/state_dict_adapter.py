@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 
-_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 _NATIVE_KEY = re.compile(r"^(?P<prefix>.*\.mlp\.experts)\.(?P<proj>gate_proj|up_proj|down_proj)$")
 _HF_KEY = re.compile(
     r"^(?P<prefix>.*\.mlp\.experts)\.(?P<expert>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$"
@@ -30,11 +29,6 @@ class ExpertMappingError(KeyError):
 
 class Qwen3MoeStateDictAdapter:
     """Stateless conversions; `config.num_experts` fixes how many experts each layer has."""
-
-    # Seed 000 section 2.6: every load target is a view of the final parameter storage
-    # (tests/unit/models/test_moe_adapter.py writes sentinels through them); the runtime
-    # check `supports_low_memory_load(model)` turns it off once parameters are DTensors.
-    _supports_low_memory_dcp_load = True
 
     @staticmethod
     def convert_single_tensor_to_hf(fqn: str, tensor: torch.Tensor) -> list[tuple[str, Any]]:

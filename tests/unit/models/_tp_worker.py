@@ -2,7 +2,9 @@
 
 `python _tp_worker.py RANK WORLD PORT OUT CASE...` runs each case in turn (one process
 start for all): `tp:BACKEND:SP:TIED` applies `tp_plan`; `fsdp:FAMILY` applies FSDP2
-(`fully_shard` per `decoder_layers` entry, then the root). Each rank compares logits, loss
+(`fully_shard` per `decoder_layers` entry, then the root); `trainer_tp:FAMILY:BACKEND:SP:TIED`
+runs the trainer's `parallelize` with tp_size 2 on a family (the family's plan from its
+registry row, then FSDP2). Each rank compares logits, loss
 and gradients with the unsharded model built from the same seed and writes one line per
 case, "CASE ok" or "CASE FAILED <traceback>", to OUT.rank.
 """
@@ -79,10 +81,51 @@ def check_fsdp(family: str) -> None:
         )
 
 
+def family_config(family: str, tied: bool):
+    from tiny_model_configs import make_config
+
+    if family == "qwen3_moe_dense":  # every layer in mlp_only_layers: a dense Qwen3 stack
+        return make_config("qwen3_moe", mlp_only_layers=[0, 1])
+    return make_config(family, tie_word_embeddings=tied)
+
+
+def check_trainer_tp(family: str, backend: str, sequence_parallel: bool, tied: bool) -> None:
+    from torch.distributed.tensor import DTensor
+
+    from models import AutoModelForCausalLM
+    from trainer.distributed import DistEnv, build_mesh
+    from trainer.parallelize import parallelize
+
+    torch.manual_seed(0)
+    config, force_hf = family_config(family, tied), backend == "hf"
+    reference = AutoModelForCausalLM.from_config(config, force_hf=force_hf)
+    sharded = AutoModelForCausalLM.from_config(config, force_hf=force_hf)
+    assert sharded.tuneyard_backend == backend
+    sharded.load_state_dict(reference.state_dict())
+    rank = dist.get_rank()
+    env = DistEnv(rank, 2, rank, 2, torch.device("cpu"))
+    distributed = {"strategy": "fsdp2", "tp_size": 2, "sequence_parallel": sequence_parallel}
+    model = parallelize(sharded, build_mesh(env, distributed), distributed, env.device, None)
+    torch.manual_seed(1)
+    ids = torch.randint(1, 512, (2, 16))
+    ref_out, out = reference(input_ids=ids, labels=ids), model(input_ids=ids, labels=ids)
+    logits = out.logits.full_tensor() if isinstance(out.logits, DTensor) else out.logits
+    torch.testing.assert_close(logits, ref_out.logits, atol=1e-5, rtol=1e-5)
+    ref_out.loss.backward()
+    out.loss.backward()
+    ref_grads = {n: p.grad for n, p in reference.named_parameters()}
+    for name, param in sharded.named_parameters():
+        torch.testing.assert_close(
+            param.grad.full_tensor(), ref_grads[name], atol=1e-5, rtol=1e-4, msg=name
+        )
+
+
 def run_case(case: str) -> None:
     kind, *args = case.split(":")
     if kind == "fsdp":
         check_fsdp(args[0])
+    elif kind == "trainer_tp":
+        check_trainer_tp(args[0], args[1], args[2] == "1", args[3] == "1")
     else:
         check(args[0], args[1] == "1", args[2] == "1")
 

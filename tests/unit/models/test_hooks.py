@@ -1,4 +1,4 @@
-"""Trainer hooks: FSDP units, TP plan keys and refusals, and the FLOPs formula."""
+"""Trainer hooks: the row lookup by type, FSDP units, TP plan keys and refusals, adapters."""
 
 from __future__ import annotations
 
@@ -6,15 +6,19 @@ import pytest
 import torch
 from torch import nn
 
-from models import AutoModelForCausalLM
+from models import AutoModelForCausalLM, registry
+from models.common.parallelize import ParallelPlan
 from models.hooks import (
     decoder_layers,
     from_hf_state_dict,
-    model_flops_per_token,
+    has_state_dict_adapter,
+    native_entry,
+    parallel_plan,
     supports_tp,
     to_hf_tensors,
     tp_plan,
 )
+from models.llama.model import LlamaForCausalLM
 from trainer.assets import tiny_llama_config
 
 
@@ -65,28 +69,6 @@ def test_tp_refused_for_models_without_llama_layers():
         decoder_layers(nn.Linear(2, 2))
 
 
-def test_flops_formula_counts_matmul_params():
-    config = tiny_llama_config()
-    h, inter, v, layers, seq = 64, 128, 512, 2, 128
-    attn = 2 * h * h + 2 * h * (h // 2)  # 4 heads of 16, 2 kv heads
-    expected = 6 * (layers * (attn + 3 * h * inter) + h * v) + 12 * layers * 4 * 16 * seq
-    assert model_flops_per_token(config, seq) == expected
-    assert model_flops_per_token(config.to_dict(), seq) == expected
-
-
-def test_flops_formula_counts_active_experts_only():
-    dense = {
-        "hidden_size": 64,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 4,
-        "vocab_size": 512,
-        "intermediate_size": 128,
-    }
-    moe = {**dense, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
-    base = model_flops_per_token(dense, 16) - 6 * 3 * 64 * 128
-    assert model_flops_per_token(moe, 16) == base + 6 * (64 * 8 + 2 * 3 * 64 * 32)
-
-
 def test_hf_name_mapping_hooks(model):
     weight = model.model.layers[0].mlp.up_proj.weight
     assert to_hf_tensors(model, "model.layers.0.mlp.up_proj.weight", weight) == [
@@ -105,3 +87,62 @@ def test_hf_name_mapping_hooks_split_and_stack_moe_experts():
     assert [n for n, _ in pairs][1] == "model.layers.0.mlp.experts.1.down_proj.weight"
     back = from_hf_state_dict(moe, dict(pairs))
     assert torch.equal(back["model.layers.0.mlp.experts.down_proj"], grouped)
+
+
+class PluginLlama(LlamaForCausalLM):
+    architecture = "PluginLlamaForCausalLM"
+
+
+class FirstLayerOnlyPlan(ParallelPlan):
+    def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
+        return super().fsdp_units(model)[:1]
+
+
+PLUGIN_PLAN = FirstLayerOnlyPlan()
+
+
+@pytest.fixture
+def plugin_row():
+    """A row added the way a plugin adds one: its own class, plan and adapter references."""
+    entry = registry.ArchEntry(
+        "PluginLlamaForCausalLM", __name__, "PluginLlama", registry.ModelCapabilities(),
+        registry.TieSupport.BOTH, "plugin", parallel_plan=f"{__name__}:PLUGIN_PLAN",
+        state_dict_adapter="models.qwen3_moe.state_dict_adapter:Qwen3MoeStateDictAdapter",
+    )  # fmt: skip
+    registry.register(entry)
+    yield entry
+    registry._REGISTRY.pop(entry.architecture)
+
+
+def test_the_row_is_the_nearest_registered_class(plugin_row):
+    plugin = PluginLlama(tiny_llama_config())
+    assert native_entry(plugin) is plugin_row
+    assert parallel_plan(plugin) is PLUGIN_PLAN
+    assert decoder_layers(plugin) == [plugin.model.layers[0]]
+    assert has_state_dict_adapter(plugin)
+    llama = AutoModelForCausalLM.from_config(tiny_llama_config())
+    assert native_entry(llama) is registry.get_entry("LlamaForCausalLM")
+
+
+def test_hugging_face_classes_have_no_row_and_no_adapter():
+    from tiny_model_configs import make_config
+
+    hf_moe = AutoModelForCausalLM.from_config(make_config("qwen3_moe"), force_hf=True)
+    assert native_entry(hf_moe) is None and not has_state_dict_adapter(hf_moe)
+    native_moe = AutoModelForCausalLM.from_config(make_config("qwen3_moe"))
+    assert has_state_dict_adapter(native_moe)
+
+
+def test_the_row_is_found_through_the_fsdp2_class_swap():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    model = AutoModelForCausalLM.from_config(tiny_llama_config())
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
+    finally:
+        dist.destroy_process_group()
+    assert type(model) is not LlamaForCausalLM
+    assert native_entry(model) is registry.get_entry("LlamaForCausalLM")

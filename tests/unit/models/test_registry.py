@@ -36,6 +36,29 @@ def test_class_agrees_with_its_row(architecture):
     assert entry.family in cls.__module__ and entry.config_model_types == (config.model_type,)
 
 
+@pytest.mark.parametrize("entry", registry.registered_architectures(), ids=lambda e: e.family)
+def test_every_row_references_a_plan_and_adapter_that_resolve(entry):
+    from models.common.parallelize import ParallelPlan
+
+    assert isinstance(registry.load_parallel_plan(entry), ParallelPlan)
+    adapter = registry.load_state_dict_adapter(entry)
+    assert adapter is getattr(registry.load_class(entry), "state_dict_adapter", None)
+
+
+def test_bad_references_are_reported():
+    with pytest.raises(ValueError, match="not a 'package.module:attribute'"):
+        registry.resolve_reference("models.common.parallelize.DENSE_PLAN")
+    entry = ArchEntry(
+        "BadPlanForCausalLM", "models.llama.model", "LlamaForCausalLM", ModelCapabilities(),
+        TieSupport.BOTH, "bad", parallel_plan="models.common.parallelize:NO_SUCH_PLAN",
+    )  # fmt: skip
+    registry.register(entry)
+    try:
+        assert "AttributeError" in registry.import_failures()["BadPlanForCausalLM"]
+    finally:
+        registry._REGISTRY.pop("BadPlanForCausalLM")
+
+
 def test_moe_capabilities_follow_the_variant():
     from models.qwen3_moe.model import Qwen3MoeForCausalLM
 

@@ -1,7 +1,9 @@
 """The hooks' sharding data, applied on 2 gloo ranks, matches one process.
 
 Tensor parallelism (`tp_plan`, with and without sequence parallelism, native and Hugging
-Face classes, tied and untied) and FSDP2 per `decoder_layers` (dense and MoE). Each case
+Face classes, tied and untied), FSDP2 per `decoder_layers` (dense and MoE), and the
+trainer's `parallelize` (TP with sequence parallelism, then FSDP2) on every native family
+whose registry row or class claims tensor parallelism. Each case
 starts two plain Python processes (gloo, CPU) running `_tp_worker.py`; logits, loss and
 every gradient of the sharded model must equal the unsharded model's.
 """
@@ -21,6 +23,11 @@ CASES = [
     "tp:native:0:1",  # native, plain TP, tied
     "tp:native:1:0",  # native, sequence parallel, untied (rowwise embedding, colwise head)
     "fsdp:qwen3_moe",  # FSDP2 per decoder layer over grouped experts and the fp32 router
+    "trainer_tp:qwen2:native:1:1",  # q/k/v bias sharded with its projection, tied
+    "trainer_tp:qwen3:native:1:0",  # q/k norms: weight gradients summed over tp ranks
+    "trainer_tp:qwen3:native:0:1",  # the same without sequence parallelism, tied
+    "trainer_tp:qwen3:hf:1:0",  # Hugging Face Qwen3 under Qwen3's plan
+    "trainer_tp:qwen3_moe_dense:native:1:0",  # a Qwen3-MoE config without sparse layers
 ]
 
 

@@ -1,10 +1,20 @@
-"""Sharding helpers: gradient clipping across meshes, the mixed-precision policy per device."""
+"""Sharding: gradient clipping across meshes, the mixed-precision policy per device, and
+every family decision taken from the plan the model's registry row names.
+
+A plugin row (a class, a plan) is registered the way a new model would be; the trainer,
+unedited, must shard and refuse exactly as that plan says.
+"""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
+from models import registry
+from models.common.parallelize import ParallelPlan
+from models.llama.model import LlamaForCausalLM
+from trainer.assets import tiny_llama_config
 from trainer.parallelize import clip_grad_norm
 
 
@@ -28,3 +38,69 @@ def test_mixed_precision_policy_applies_on_cuda_only() -> None:
     assert _mp_policy(section, torch.device("cpu")).param_dtype is None
     policy = _mp_policy(section, torch.device("cuda", 0))
     assert policy.param_dtype == torch.bfloat16 and policy.reduce_dtype == torch.float32
+
+
+class PluginLlama(LlamaForCausalLM):
+    architecture = "PluginLlamaForCausalLM"
+
+
+class FirstLayerOnlyPlan(ParallelPlan):
+    """Shards only the first decoder layer on its own and refuses tensor parallelism."""
+
+    def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
+        return super().fsdp_units(model)[:1]
+
+    def tp_unsupported_reason(self, model: nn.Module, tp_size: int | None = None) -> str:
+        return "the plugin plan has no tensor-parallel layout"
+
+
+PLUGIN_PLAN = FirstLayerOnlyPlan()
+
+
+@pytest.fixture
+def plugin_row():
+    entry = registry.ArchEntry(
+        "PluginLlamaForCausalLM", __name__, "PluginLlama", registry.ModelCapabilities(),
+        registry.TieSupport.BOTH, "plugin", parallel_plan=f"{__name__}:PLUGIN_PLAN",
+    )  # fmt: skip
+    registry.register(entry)
+    yield entry
+    registry._REGISTRY.pop(entry.architecture)
+
+
+def test_fsdp_units_come_from_the_rows_plan(plugin_row, single_rank_group):
+    from torch.distributed.fsdp import FSDPModule
+
+    from trainer.distributed import build_mesh
+    from trainer.parallelize import parallelize
+
+    model = PluginLlama(tiny_llama_config())
+    distributed = {"strategy": "fsdp2", "activation_checkpointing": True}
+    topology = build_mesh(single_rank_group, distributed)
+    parallelize(model, topology, distributed, torch.device("cpu"), None)
+    first, second = model.model.layers
+    assert isinstance(first, FSDPModule) and not isinstance(second, FSDPModule)
+    assert isinstance(model, FSDPModule)
+    ids = torch.randint(1, 512, (1, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+
+
+def test_tp_refusal_comes_from_the_rows_plan(plugin_row):
+    from trainer.distributed import Topology
+    from trainer.errors import TrainerError
+    from trainer.parallelize import parallelize
+
+    model = PluginLlama(tiny_llama_config())
+    topology = Topology(mesh=None, dp_size=1, dp_rank=0, tp_size=2)
+    with pytest.raises(TrainerError, match="plugin plan has no tensor-parallel layout"):
+        parallelize(model, topology, {"tp_size": 2}, torch.device("cpu"), None)
+
+
+def test_a_model_without_decoder_layers_is_refused_as_a_user_error(single_rank_group):
+    from trainer.distributed import build_mesh
+    from trainer.errors import TrainerError
+    from trainer.parallelize import parallelize
+
+    topology = build_mesh(single_rank_group, {"strategy": "fsdp2"})
+    with pytest.raises(TrainerError, match="no `layers` ModuleList"):
+        parallelize(nn.Linear(2, 2), topology, {}, torch.device("cpu"), None)
