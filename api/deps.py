@@ -4,7 +4,7 @@
 `Authorization: Bearer <key>` to a project and role (401 when missing or unknown); with
 `TUNEYARD_AUTH=off` every caller is admin of the `default` project. `require(role)` turns a
 too-weak role into a 403. `ReleasingRoute` hands a route's connection back as soon as the
-route returns.
+route returns (and reads JSON bodies with `api.limits`' bounded numbers).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import ApiError
+from api.limits import BoundedJsonRoute
 from jobs.store.api_keys import Principal, default_principal, verify_key
 from jobs.store.settings import Settings
 
@@ -57,7 +57,7 @@ def _release_sessions(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-class ReleasingRoute(APIRoute):
+class ReleasingRoute(BoundedJsonRoute):
     """Closes the request's session as soon as a sync route returns.
 
     FastAPI validates a sync route's response in the threadpool; a session still inside its

@@ -23,8 +23,8 @@ from jobs.recipe.schema_errors import request_field_errors
 log = logging.getLogger("tuneyard.api")
 
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-          405: "method_not_allowed", 409: "conflict", 415: "unsupported_media_type",
-          429: "too_many_requests", 503: "unavailable"}  # fmt: skip
+          405: "method_not_allowed", 409: "conflict", 413: "content_too_large",
+          415: "unsupported_media_type", 429: "too_many_requests", 503: "unavailable"}  # fmt: skip
 
 
 class ApiError(Exception):

@@ -2,7 +2,8 @@
 (`tuneyard api` serves `api.main:app`).
 
 The factory wires settings, the session factory, error handlers, Prometheus request
-metrics, the routers and, where present, the dashboard (`api.dashboard.mount_dashboard`).
+metrics, the request body limit (`api.limits`), the routers and, where present, the
+dashboard (`api.dashboard.mount_dashboard`).
 With `TUNEYARD_AUTH=off` every request acts as admin of the `default` project; the app
 logs that at start, loudly when the database is not the embedded SQLite default.
 """
@@ -18,6 +19,7 @@ from fastapi import FastAPI
 from sqlalchemy.orm import sessionmaker
 
 from api.errors import install_error_handlers
+from api.limits import BodyLimitMiddleware
 from api.prometheus import MetricsMiddleware, RequestStats
 from api.routes import jobs, projects, system, telemetry
 from jobs.store.engine import database_url, get_engine
@@ -67,6 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.session_factory = sessionmaker(bind=get_engine(settings), expire_on_commit=False)
     app.state.request_stats = RequestStats()
     install_error_handlers(app)
+    # Inside the metrics middleware, so a refused body still counts as a 413.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, stats=app.state.request_stats)
     for router in (jobs.router, telemetry.router, projects.router, system.router):
         app.include_router(router)

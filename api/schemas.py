@@ -16,6 +16,8 @@ from jobs.store.status import JobStatus
 
 LabelKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-/]{1,63}$")]
 LabelValue = Annotated[str, StringConstraints(max_length=200)]
+# `key=value`; bounded so 200 of them stay cheap to parse (a value is a number or a path).
+OverrideText = Annotated[str, StringConstraints(max_length=4096)]
 
 
 class ResourcesIn(BaseModel):
@@ -45,7 +47,7 @@ class JobCreate(BaseModel):
     name: str | None = Field(None, min_length=1, max_length=200)
     recipe: dict[str, Any] | None = None
     recipe_yaml: str | None = Field(None, max_length=1_000_000)
-    overrides: list[str] = Field(default_factory=list, max_length=200)
+    overrides: list[OverrideText] = Field(default_factory=list, max_length=200)
     resources: ResourcesIn = Field(default_factory=ResourcesIn)
     priority: int = Field(0, ge=-1000, le=1000)
     max_attempts: int = Field(3, ge=1, le=20)

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from api.errors import InvalidRequest
 from api.schemas import JobCreate
+from jobs.recipe.bounds import check_bounds
 from jobs.recipe.errors import FieldError
 from jobs.recipe.validation import validate_job
 from jobs.store import queries as store
@@ -89,6 +90,10 @@ def check_request(
 
     `allow_remote_code` is the caller's project grant (the operator's is in `settings`).
     """
+    # Bounds first: dumping a recipe nested hundreds deep is itself what would fail.
+    out_of_bounds = check_bounds(body.recipe) if body.recipe is not None else []
+    if out_of_bounds:
+        raise InvalidRequest(out_of_bounds)
     bad_text = unstorable_text(body.model_dump(mode="json"))
     if bad_text:
         raise InvalidRequest(bad_text[:20])

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from jobs.recipe.bounds import check_bounds
 from jobs.recipe.distributed import DistributedSetup
 from jobs.recipe.errors import FieldError, RecipeInvalid
 from jobs.recipe.normalize import normalize_recipe
@@ -26,7 +27,7 @@ from jobs.recipe.plan import build_plan
 from jobs.recipe.schema_errors import field_errors
 from jobs.recipe.settings import RecipeSettings
 from jobs.recipe.typed import Recipe, build_recipe, is_stored_recipe, recipe_sections
-from jobs.recipe.yaml_loader import load_yaml
+from jobs.recipe.yaml_loader import LimitExceeded, load_yaml
 
 FILE_LOC = "<recipe>"
 
@@ -65,9 +66,10 @@ class ValidationResult:
 def load_recipe(
     recipe: dict[str, Any] | str | Path,
 ) -> tuple[dict[str, Any] | None, list[FieldError]]:
-    """A recipe dict from a dict, YAML/JSON text, or a file path."""
-    if isinstance(recipe, dict):
-        return copy.deepcopy(recipe), []
+    """A recipe dict from a dict, YAML/JSON text, or a file path, within `jobs.recipe.bounds`."""
+    if isinstance(recipe, dict):  # checked before copying: a deep one would crash deepcopy
+        out_of_bounds = check_bounds(recipe)
+        return (None, out_of_bounds) if out_of_bounds else (copy.deepcopy(recipe), [])
     text = recipe
     if isinstance(recipe, Path) or (
         "\n" not in recipe and recipe.endswith((".yaml", ".yml", ".json"))
@@ -82,8 +84,12 @@ def load_recipe(
                     "give an existing recipe file",
                 )
             ]
+        except UnicodeDecodeError:
+            return None, [FieldError(FILE_LOC, f"{recipe} is not UTF-8 text", "save it as UTF-8")]
     try:
         data = load_yaml(str(text))
+    except LimitExceeded as exc:
+        return None, [exc.error]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -99,7 +105,8 @@ def load_recipe(
                 "start the recipe with sections such as model: and dataset:",
             )
         ]
-    return data, []
+    out_of_bounds = check_bounds(data)
+    return (None, out_of_bounds) if out_of_bounds else (data, [])
 
 
 def coerce_resources(
@@ -117,11 +124,25 @@ def _overrides(overrides: Any) -> tuple[list[tuple[str, Any]], list[FieldError]]
     if not overrides:
         return [], []
     if isinstance(overrides, dict):  # {"optimizer.lr": 1e-4}: already typed
-        return [(str(k), v) for k, v in overrides.items()], []
+        return _bounded([(str(k), v) for k, v in overrides.items()])
     try:
-        return parse_overrides(list(overrides) if not isinstance(overrides, str) else overrides), []
+        return _bounded(
+            parse_overrides(list(overrides) if not isinstance(overrides, str) else overrides)
+        )
     except RecipeInvalid as exc:
         return [], exc.errors
+
+
+def _bounded(pairs: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], list[FieldError]]:
+    """The overrides whose values are within bounds; each other one is an error at its key."""
+    kept: list[tuple[str, Any]] = []
+    errors: list[FieldError] = []
+    for key, value in pairs:
+        problems = check_bounds(value, key)
+        errors += [FieldError(e.loc, f"{e.msg} (set by override --{key})", e.fix) for e in problems]
+        if not problems:
+            kept.append((key, value))
+    return kept, errors
 
 
 def _mark_overridden(errors: list[FieldError], keys: set[str]) -> list[FieldError]:

@@ -28,8 +28,8 @@ from jobs.recipe.bounds import (
     MAX_ITEMS,
     MAX_NODES,
     Refused,
-    bounded_int,
     join_loc,
+    long_int,
 )
 from jobs.recipe.errors import FieldError
 
@@ -56,11 +56,39 @@ def _step(index: Any) -> str | None:
     return None if index is None else "?"
 
 
-class RecipeLoader(yaml.SafeLoader):
-    """SafeLoader plus exponent floats without a dot, duplicate-key errors and the limits."""
+# libyaml's parser (bundled in PyYAML's wheels) reads events about four times faster than
+# the pure-Python one; composing stays in Python, where the limits are counted.
+try:
+    from yaml.cyaml import CParser
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    CParser = None
+
+if CParser is not None:
+
+    class _Events(yaml.composer.Composer, CParser):
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            yaml.composer.Composer.__init__(self)
+
+else:  # pragma: no cover
+
+    class _Events(yaml.composer.Composer, yaml.reader.Reader, yaml.scanner.Scanner,
+                  yaml.parser.Parser):  # fmt: skip
+        def __init__(self, stream: str) -> None:
+            yaml.reader.Reader.__init__(self, stream)
+            yaml.scanner.Scanner.__init__(self)
+            yaml.parser.Parser.__init__(self)
+            yaml.composer.Composer.__init__(self)
+
+
+class RecipeLoader(_Events, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
+    """SafeLoader's rules plus exponent floats without a dot, duplicate-key errors and the
+    limits."""
 
     def __init__(self, stream: str) -> None:
-        super().__init__(stream)
+        _Events.__init__(self, stream)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
         self._path: list[str | None] = []  # one step per node being composed
         self._counts: list[int] = []  # entries composed so far, per open node
         self._values = 0  # values composed, aliases counted at their full size
@@ -69,12 +97,16 @@ class RecipeLoader(yaml.SafeLoader):
     def _loc(self, depth: int | None = None) -> str:
         return join_loc([s for s in self._path[:depth] if s is not None])
 
+    def _loc_of(self, index: Any) -> str:
+        """Where the value being composed at `index` of the current node sits."""
+        return join_loc([s for s in [*self._path, _step(index)] if s is not None])
+
     def _exceeded(self, loc: str, msg: str, fix: str) -> LimitExceeded:
         return LimitExceeded(FieldError(loc, msg, fix))
 
-    def _alias_size(self, event: yaml.AliasEvent) -> int:
+    def _alias_size(self, event: yaml.AliasEvent, index: Any) -> int:
         if event.anchor in self.anchors and event.anchor not in self._sizes:
-            raise self._exceeded(self._loc(), f"uses the alias *{event.anchor} inside the "
+            raise self._exceeded(self._loc_of(index), f"uses the alias *{event.anchor} inside the "
                                  "value it names (a cycle)",
                                  "alias only a value that is complete before the alias")  # fmt: skip
         return self._sizes.get(event.anchor, 1)
@@ -89,15 +121,14 @@ class RecipeLoader(yaml.SafeLoader):
                                      "shorten it, or point to a file holding the data")  # fmt: skip
         self._values += size
         if self._values > MAX_NODES:
-            where = join_loc([s for s in [*self._path, _step(index)] if s is not None])
-            raise self._exceeded(where, f"makes the recipe larger than {MAX_NODES} values "
+            raise self._exceeded(self._loc_of(index), f"makes the recipe larger than {MAX_NODES} values "
                                  "(an alias counts as the whole value it repeats)",
                                  "write the values out, or alias smaller ones")  # fmt: skip
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
-            self._count_value(parent, index, self._alias_size(event))
+            self._count_value(parent, index, self._alias_size(event, index))
             return super().compose_node(parent, index)
         start = self._values
         self._count_value(parent, index, 1)
@@ -128,8 +159,7 @@ class RecipeLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int | Refused:
-        value = bounded_int(str(node.value))
-        return value if isinstance(value, Refused) else super().construct_yaml_int(node)
+        return long_int(str(node.value)) or super().construct_yaml_int(node)
 
 
 def _refuse(what: str, fix: str) -> Any:
@@ -162,7 +192,11 @@ RecipeLoader.add_constructor(None, _refuse_tag)
 def load_yaml(text: str) -> Any:
     """Parse YAML or JSON text; raises yaml.YAMLError on bad syntax (`LimitExceeded`, a
     subclass, past a limit). Refused values come back as `Refused` markers."""
-    return yaml.load(text, Loader=RecipeLoader)  # noqa: S506 - a SafeLoader subclass
+    try:
+        return yaml.load(text, Loader=RecipeLoader)  # noqa: S506 - SafeConstructor only
+    except UnicodeEncodeError as exc:  # a lone surrogate: libyaml reads UTF-8 only
+        raise yaml.reader.ReaderError("<unicode string>", exc.start, ord(text[exc.start]),
+                                      "utf-8", "lone surrogates are not text") from exc  # fmt: skip
 
 
 def parse_scalar(text: str) -> Any:

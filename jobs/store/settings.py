@@ -1,9 +1,10 @@
 """The services' settings, read from `TUNEYARD_*` environment variables.
 
 `Settings` extends the recipe settings (home, runs directory, allowed roots) with what only
-the API, worker and scheduler read: which database and broker they talk to and whether API
-keys are required. The embedded default (no PostgreSQL, no Redis) keeps everything in a
-SQLite file under the home directory.
+the API, worker and scheduler read: which database and broker they talk to, whether API
+keys are required, and the largest request body the API reads (`TUNEYARD_MAX_BODY_BYTES`).
+The embedded default (no PostgreSQL, no Redis) keeps everything in a SQLite file under the
+home directory.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ class Settings(RecipeSettings):
     database_url: str | None = None
     broker_url: str | None = None
     auth: str = "on"
+    # A recipe is a few KB; 1 MiB leaves room for long data lists and refuses a body whose
+    # parsing alone would cost seconds of CPU.
+    max_body_bytes: int = 1 << 20
 
     @property
     def resolved_database_url(self) -> str:

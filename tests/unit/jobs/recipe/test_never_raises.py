@@ -49,3 +49,9 @@ def test_unhashable_or_odd_targets_in_fixed_sections(validate, recipe, section, 
 def test_target_section_that_is_not_a_mapping(validate, recipe, section):
     recipe[section] = "torch.optim.AdamW"
     assert "mapping" in error_at(validate(recipe), section).msg
+
+
+def test_a_recipe_file_that_is_not_utf8(validate, tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_bytes(b"model: \xff\n")
+    assert "UTF-8" in error_at(validate(path), "<recipe>").msg
