@@ -1,9 +1,10 @@
 """From a `JobCreate` body to a stored, queued job: validation, queue choice, enqueue.
 
-Validation is `jobs.recipe.validation.validate_job`, the same code `tuneyard validate` runs; its
-FieldErrors become the 422 body. The broker only hears about a job after its row is
-committed; when the broker refuses, the job stays `queued` with no `dispatched_at` and the
-reconciler sends it later.
+Validation is `jobs.recipe.validation.validate_job`, the same code `tuneyard validate` runs,
+given the caller's project as a `JobScope` (its jobs, from the database); its FieldErrors
+become the 422 body. The broker only hears about a job after its row is committed; when the
+broker refuses, the job stays `queued` with no `dispatched_at` and the reconciler sends it
+later.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from api.errors import InvalidRequest
 from api.schemas import JobCreate
 from jobs.recipe.bounds import check_bounds
 from jobs.recipe.errors import FieldError
+from jobs.recipe.scope import JobScope
 from jobs.recipe.validation import validate_job
 from jobs.store import queries as store
+from jobs.store.api_keys import Principal
 from jobs.store.settings import Settings
 from jobs.store.tables import Job
 
@@ -83,12 +86,33 @@ def unstorable_text(value: Any, loc: str = "") -> list[FieldError]:
     return found
 
 
+def project_scope(session: Session, principal: Principal) -> JobScope:
+    """The caller's project for validation: its job ids, and where each keeps checkpoints.
+
+    Each lookup ends its read transaction at once (nothing is pending: the principal's was
+    committed), so no pooled connection is held while validation goes on reading files.
+    """
+
+    def ended(value: Any) -> Any:
+        session.commit()
+        return value
+
+    return JobScope(
+        project=principal.project_name,
+        owns_job=lambda job_id: ended(store.owns_job(session, principal.project_id, job_id)),
+        checkpoint_dir_of=lambda job_id: ended(
+            store.job_checkpoint_dir(session, principal.project_id, job_id)
+        ),
+    )
+
+
 def check_request(
-    body: JobCreate, settings: Settings, allow_remote_code: bool = False
+    body: JobCreate, settings: Settings, principal: Principal, session: Session
 ) -> Validated:
     """Run every check; returns what to store, or raises InvalidRequest.
 
-    `allow_remote_code` is the caller's project grant (the operator's is in `settings`).
+    The principal brings its project's remote-code grant (the operator's is in `settings`)
+    and its scope: checkpoint and restore paths stay in that project's runs.
     """
     # Bounds first: dumping a recipe nested hundreds deep is itself what would fail.
     out_of_bounds = check_bounds(body.recipe) if body.recipe is not None else []
@@ -98,8 +122,9 @@ def check_request(
     if bad_text:
         raise InvalidRequest(bad_text[:20])
     resources = body.resources.model_dump()
+    grant, scope = principal.allow_remote_code, project_scope(session, principal)
     result = validate_job(
-        _recipe_input(body), body.overrides, resources, settings, allow_remote_code
+        _recipe_input(body), body.overrides, resources, settings, grant, scope=scope
     )
     if not result.valid or result.recipe is None:
         raise InvalidRequest(result.errors or [FieldError("recipe", "invalid", "")])

@@ -93,7 +93,7 @@ def create_job(
     ] = None,
 ) -> JobPublic:  # fmt: skip
     """Validate everything, store the job, then queue it. Nothing is stored when invalid."""
-    checked = check_request(body, settings, principal.allow_remote_code)
+    checked = check_request(body, settings, principal, session)
     try:
         job, created = store.create_job(
             session, principal.project_id, new_job(body, checked, idempotency_key)
@@ -113,9 +113,11 @@ def create_job(
     summary="Validate a job without storing it",
     responses={**INVALID, **AUTH_ERRORS},
 )
-def validate(body: JobCreate, principal: Submitter, settings: SettingsDep) -> ValidateOut:
+def validate(
+    body: JobCreate, principal: Submitter, session: SessionDep, settings: SettingsDep
+) -> ValidateOut:
     """The same checks as submit; answers the plan, or 422 with every field error."""
-    checked = check_request(body, settings, principal.allow_remote_code)
+    checked = check_request(body, settings, principal, session)
     return ValidateOut(valid=True, errors=[], plan=checked.plan, recipe=checked.recipe,
                        queue=checked.queue)  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""Cross-field recipe rules: paths, batch arithmetic, optimizer and scheduler bounds.
+"""Cross-field recipe rules: paths and names, batch arithmetic, optimizer and scheduler bounds.
 
 Each function takes parts of the normalized recipe and returns `FieldError`s at the field
 to change (and, where it resolves something, the resolved values).
@@ -11,10 +11,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.recipe.errors import FieldError
-from jobs.recipe.paths import PathCheck, check_checkpoint_path, check_data_path
+from jobs.recipe.paths import PathCheck, check_checkpoint_path, check_data_path, name_errors
+from jobs.recipe.scope import JobScope, confinement_errors, resolve_restore_job
 from jobs.recipe.settings import RecipeSettings
 
 DATA_PATH_KEYS = ("path_or_dataset", "path", "tokenizer_name_or_path")
+# Dataset keywords that name a split or a column: plain names, never paths. Every dataset
+# keyword is a path, a name or a number (a test walks the target table).
+DATASET_NAME_KEYS = {
+    "split": "train",
+    "prompt_field": "prompt",
+    "completion_field": "completion",
+    "messages_field": "messages",
+}
 
 
 def _is_number(value: Any) -> bool:
@@ -24,10 +33,22 @@ def _is_number(value: Any) -> bool:
 def check_data_paths(
     recipe: dict[str, Any],
     settings: RecipeSettings,
+    scope: JobScope | None = None,
 ) -> tuple[dict[str, PathCheck], list[FieldError]]:
-    """Model, tokenizer and dataset paths inside the data roots (or hub names)."""
-    roots = settings.allowed_data_roots()
+    """Model, tokenizer and dataset paths inside the data roots (or hub names); with a
+    scope, none inside another project's run directory."""
+    roots, runs = settings.allowed_data_roots(), settings.resolved_runs_dir
     checks: dict[str, PathCheck] = {}
+    errors: list[FieldError] = []
+    for loc, value in _data_path_values(recipe):
+        checks[loc] = check_data_path(value, loc, roots)
+        errors += checks[loc].errors
+        if checks[loc].path is not None:
+            errors += confinement_errors(checks[loc].path, loc, runs, scope)
+    return checks, errors
+
+
+def _data_path_values(recipe: dict[str, Any]) -> list[tuple[str, Any]]:
     model = recipe.get("model") or {}
     candidates = [
         ("model.pretrained_model_name_or_path", model.get("pretrained_model_name_or_path"))
@@ -37,63 +58,59 @@ def check_data_paths(
     for section in ("dataset", "validation_dataset"):
         values = recipe.get(section) or {}
         candidates += [(f"{section}.{key}", values.get(key)) for key in DATA_PATH_KEYS]
-    errors: list[FieldError] = []
-    for loc, value in candidates:
-        if value is None:
-            continue
-        checks[loc] = check_data_path(value, loc, roots)
-        errors += checks[loc].errors
-    return checks, errors
+    return [(loc, value) for loc, value in candidates if value is not None]
 
 
-def normalize_restore_from(value: Any) -> tuple[dict[str, Any] | None, list[FieldError]]:
-    """null | "LATEST" | a path | {"path": ...} -> null or {"path": ...}."""
-    if value is None:
-        return None, []
-    if isinstance(value, str):
-        return {"path": value}, []
-    if isinstance(value, dict) and set(value) <= {"path"} and isinstance(value.get("path"), str):
-        return {"path": value["path"]}, []
-    if isinstance(value, dict):
-        extra = sorted(set(value) - {"path"})
-        if extra:
-            return None, [
-                FieldError(
-                    f"restore_from.{extra[0]}",
-                    f"unknown key {extra[0]!r}",
-                    "restore_from takes only path",
-                )
-            ]
-    return None, [
-        FieldError(
-            "restore_from.path",
-            "must be LATEST or a checkpoint path",
-            "write restore_from: {path: LATEST}",
-        )
-    ]
+def _checkpoint_path(
+    value: Any, loc: str, settings: RecipeSettings, scope: JobScope | None, must_exist: bool
+) -> tuple[str | None, list[FieldError]]:
+    """One checkpoint path inside the checkpoint roots and, with a scope, the project's runs."""
+    roots = settings.allowed_checkpoint_roots()
+    check = check_checkpoint_path(value, loc, roots, must_exist=must_exist)
+    if check.path is None:
+        return None, check.errors
+    errors = confinement_errors(check.path, loc, settings.resolved_runs_dir, scope)
+    return str(check.path), errors
 
 
 def check_checkpoint_paths(
-    checkpoint: dict[str, Any], restore: dict[str, Any] | None, settings: RecipeSettings
+    checkpoint: dict[str, Any],
+    restore: dict[str, Any] | None,
+    settings: RecipeSettings,
+    scope: JobScope | None = None,
 ) -> list[FieldError]:
-    """checkpoint_dir (may not exist yet) and restore_from.path inside the checkpoint roots.
+    """checkpoint_dir (may not exist yet) and restore_from inside the checkpoint roots, and
+    with a scope inside the project's own runs; `{job, step}` becomes that job's checkpoint.
 
     Local paths are made absolute in place, so the worker reads what was validated.
     """
-    roots = settings.allowed_checkpoint_roots()
     errors: list[FieldError] = []
     if checkpoint.get("checkpoint_dir") is not None:
-        check = check_checkpoint_path(
-            checkpoint["checkpoint_dir"], "checkpoint.checkpoint_dir", roots, must_exist=False
+        path, errors = _checkpoint_path(
+            checkpoint["checkpoint_dir"], "checkpoint.checkpoint_dir", settings, scope, False
         )
-        errors += check.errors
-        if check.path is not None:
-            checkpoint["checkpoint_dir"] = str(check.path)
-    if restore and restore["path"] != "LATEST":
-        check = check_checkpoint_path(restore["path"], "restore_from.path", roots, must_exist=True)
-        errors += check.errors
-        if check.path is not None:
-            restore["path"] = str(check.path)
+        checkpoint["checkpoint_dir"] = path or checkpoint["checkpoint_dir"]
+    if restore and "job" in restore:
+        errors += _resolve_job_restore(restore, settings, scope)
+    elif restore and restore["path"] != "LATEST":
+        path, errs = _checkpoint_path(restore["path"], "restore_from.path", settings, scope, True)
+        restore["path"] = path or restore["path"]
+        errors += errs
+    return errors
+
+
+def _resolve_job_restore(
+    restore: dict[str, Any], settings: RecipeSettings, scope: JobScope | None
+) -> list[FieldError]:
+    """`{job, step}` -> `{path}` in place, once the job's checkpoint passes every path check."""
+    roots, runs = settings.allowed_checkpoint_roots(), settings.resolved_runs_dir
+    found, errors = resolve_restore_job(restore["job"], restore["step"], runs, roots, scope)
+    if found is None:
+        return errors
+    path, errors = _checkpoint_path(str(found), "restore_from.job", settings, scope, True)
+    if not errors:
+        restore.clear()
+        restore["path"] = path
     return errors
 
 
@@ -265,6 +282,7 @@ _POSITIVE_DATASET_KWARGS = (
     "num_samples",
     "vocab_size",
 )
+DATASET_NUMBER_KEYS = (*_POSITIVE_DATASET_KWARGS, "seed")  # seed: any integer
 
 
 def check_dataset_values(section: dict[str, Any], loc: str) -> list[FieldError]:
@@ -281,7 +299,7 @@ def check_dataset_values(section: dict[str, Any], loc: str) -> list[FieldError]:
                     f"set {loc}.{key} to a positive integer",
                 )
             )
-    split = section.get("split")
-    if split is not None and not isinstance(split, str):
-        errors.append(FieldError(f"{loc}.split", "must be a split name", f"set {loc}.split: train"))
+    for key, example in DATASET_NAME_KEYS.items():
+        if section.get(key) is not None:
+            errors += name_errors(section[key], f"{loc}.{key}", example)
     return errors

@@ -2,20 +2,24 @@
 
 The model section names a local directory (read its `config.json` with json), a hub name
 (read the config from the Hugging Face cache when it is there), or an inline `config` dict
-for `from_config`. From the config come the architecture (whose capabilities the torch-free
-`models.registry` table gives), the parameter count (a Llama-style estimate) and
-`vocab_size`. `check_model_kwargs` refuses the legacy flat loader kwargs that now live in
-the `distributed` section, unknown dtypes and `trust_remote_code: true`.
+for `from_config`. A config file is opened only through `jobs.recipe.paths.read_bounded`:
+its real path inside the roots its directory was checked against (the hub cache for a hub
+name), at most `CONFIG_FILE_CAP` bytes. From the config come the architecture (whose
+capabilities the torch-free `models.registry` table gives), the parameter count (a
+Llama-style estimate) and `vocab_size`. `check_model_kwargs` refuses the legacy flat loader
+kwargs that now live in the `distributed` section, unknown dtypes and `trust_remote_code: true`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from jobs.recipe.errors import FieldError
+from jobs.recipe.paths import read_bounded
 from models.registry import ModelCapabilities, capabilities_for, registered_architectures
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -96,24 +100,54 @@ def _value_errors(model: dict[str, Any]) -> list[FieldError]:
     return errors
 
 
+# A Llama-70B config.json is ~1 KB; 4 MiB leaves room for long rope tables and refuses a file
+# whose parsing alone would cost memory per request.
+CONFIG_FILE_CAP = 4 << 20
+REF_FILE_CAP = 256  # refs/main holds one commit hash
+REVISION = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def hub_cache_root() -> Path:
+    """Where hub snapshots live, read from the environment as `trainer.data.hub` reads it."""
+    hub = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if hub:
+        return Path(hub).expanduser()
+    default = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface"
+    return Path(os.environ.get("HF_HOME") or default).expanduser() / "hub"
+
+
+def _main_revision(repo: Path, cache: Path) -> str | None:
+    ref = repo / "refs" / "main"
+    if not ref.is_file():
+        return None
+    data, _ = read_bounded(ref, "refs/main", [cache], REF_FILE_CAP)
+    revision = data.decode("utf-8", "replace").strip() if data is not None else ""
+    return revision if REVISION.match(revision) and revision.strip(".") else None
+
+
 def hub_cache_config(name: str) -> Path | None:
     """config.json of a hub model in the local Hugging Face cache, if it is there."""
-    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
-    )
-    repo = Path(hub) / ("models--" + name.replace("/", "--"))
-    ref = repo / "refs" / "main"
-    if ref.is_file():
-        candidate = repo / "snapshots" / ref.read_text().strip() / "config.json"
+    cache = hub_cache_root()
+    repo = cache / ("models--" + name.replace("/", "--"))
+    revision = _main_revision(repo, cache)
+    if revision is not None:
+        candidate = repo / "snapshots" / revision / "config.json"
         if candidate.is_file():
             return candidate
     return next(iter(sorted(repo.glob("snapshots/*/config.json"))), None)
 
 
-def read_config_file(path: Path, loc: str) -> tuple[dict[str, Any] | None, list[FieldError]]:
-    """A local model dir's (or a config file's) config.json as a dict."""
+def read_config_file(
+    path: Path, loc: str, roots: list[Path]
+) -> tuple[dict[str, Any] | None, list[FieldError]]:
+    """A local model dir's (or a config file's) config.json as a dict.
+
+    `roots` are those the directory was checked against (the data roots, or the hub cache
+    for a hub name): the file is read only if its real path stays inside them, and only up
+    to `CONFIG_FILE_CAP` bytes.
+    """
     file = path / "config.json" if path.is_dir() else path
-    if not file.is_file():
+    if not os.path.lexists(file):
         return None, [
             FieldError(
                 loc,
@@ -121,9 +155,12 @@ def read_config_file(path: Path, loc: str) -> tuple[dict[str, Any] | None, list[
                 "point it at a Hugging Face model directory",
             )
         ]
+    data, errors = read_bounded(file, loc, roots, CONFIG_FILE_CAP)
+    if data is None:
+        return None, errors
     try:
-        config = json.loads(file.read_text())
-    except (OSError, ValueError) as exc:
+        config = json.loads(data)
+    except ValueError as exc:
         return None, [FieldError(loc, f"cannot read {file}: {exc}", "fix the model's config.json")]
     if not isinstance(config, dict):
         return None, [

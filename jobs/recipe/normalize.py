@@ -10,6 +10,7 @@ canonical key filled: resolved batch sizes and dp, the canonical strategy name,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from jobs.recipe.checks import (
@@ -20,7 +21,6 @@ from jobs.recipe.checks import (
     check_optimizer,
     check_packing,
     check_peft,
-    normalize_restore_from,
     resolve_batches,
 )
 from jobs.recipe.distributed import DistributedSetup
@@ -32,6 +32,7 @@ from jobs.recipe.model_config import (
     check_model_kwargs,
     estimate_param_count,
     hub_cache_config,
+    hub_cache_root,
     read_config_file,
 )
 from jobs.recipe.paths import PathCheck
@@ -43,8 +44,10 @@ from jobs.recipe.schema import (
     check_fixed_section,
     check_recipe_name,
     fold_synonyms,
+    normalize_restore_from,
     unknown_top_level,
 )
+from jobs.recipe.scope import JobScope
 from jobs.recipe.settings import RecipeSettings
 from jobs.recipe.targets import check_target_section, fold_kwarg_synonyms, stray_target_errors
 from jobs.recipe.trainer_support import check_trainer_support
@@ -138,7 +141,10 @@ def _absolutize(out: dict[str, Any], checks: dict[str, PathCheck]) -> None:
             out[section][key] = str(check.path)
 
 
-def _model_info(model: Any, checks: dict[str, PathCheck]) -> tuple[ModelInfo, list[FieldError]]:
+def _model_info(
+    model: Any, checks: dict[str, PathCheck], roots: list[Path]
+) -> tuple[ModelInfo, list[FieldError]]:
+    """What the model's config says; `roots` are the data roots its file must stay in."""
     if not isinstance(model, dict):
         return ModelInfo(), []
     config, errors = model.get("config"), []
@@ -147,10 +153,11 @@ def _model_info(model: Any, checks: dict[str, PathCheck]) -> tuple[ModelInfo, li
         for loc in ("model.pretrained_model_name_or_path", "model.config"):
             check = checks.get(loc)
             if check and check.kind == "local" and check.path is not None:
-                config, errors = read_config_file(check.path, loc)
+                config, errors = read_config_file(check.path, loc, roots)
             elif check and check.kind == "hub":
                 cached = hub_cache_config(str(model.get(loc.split(".")[1])))
-                config, errors = read_config_file(cached, loc) if cached else (None, [])
+                hub = [hub_cache_root()]
+                config, errors = read_config_file(cached, loc, hub) if cached else (None, [])
     arch = architecture_of(config)
     return ModelInfo(arch, estimate_param_count(config), config), errors
 
@@ -194,6 +201,7 @@ def normalize_recipe(
     data: dict[str, Any],
     resources: Any,
     settings: RecipeSettings,
+    scope: JobScope | None = None,
 ) -> tuple[dict[str, Any], DistributedSetup | None, ModelInfo, list[FieldError]]:
     """The normalized recipe, its DistributedSetup, what is known of the model, all errors."""
     errors = unknown_top_level(data)
@@ -207,11 +215,11 @@ def normalize_recipe(
     errors += _stray_targets(out)
     setup, errs = setup_from_section(data.get("distributed"), resources.world_size)
     out["distributed"] = setup.to_dict() if setup else None
-    checks, path_errors = check_data_paths(out, settings)
+    checks, path_errors = check_data_paths(out, settings, scope)
     _absolutize(out, checks)
     errors += errs + path_errors
-    errors += check_checkpoint_paths(out["checkpoint"], out["restore_from"], settings)
-    info, errs = _model_info(out.get("model"), checks)
+    errors += check_checkpoint_paths(out["checkpoint"], out["restore_from"], settings, scope)
+    info, errs = _model_info(out.get("model"), checks, settings.allowed_data_roots())
     errors += errs
     if setup is not None:
         errors += capability_errors(info.architecture, out["distributed"], out["peft"] is not None)

@@ -1,23 +1,27 @@
-"""Which filesystem paths a recipe may name.
+"""Which filesystem paths a recipe may name, and how validation reads a file under them.
 
 A recipe reads models, tokenizers and data from the allowed data roots and reads or writes
 checkpoints in the allowed checkpoint roots (`jobs.recipe.settings.RecipeSettings`). `check_path`
 decides whether one recipe value is a local path inside those roots, a Hugging Face hub
-name (`org/name`, resolved later by the worker through the hub cache), or an error at its
-field: a `../` escape, an absolute path elsewhere, a symlink that leads out, or a local
-path that does not exist.
+name (`org/name` that names nothing local, resolved later by the worker through the hub
+cache), or an error at its field: a `../` escape, an absolute path elsewhere, a symlink that
+leads out, or a local path that does not exist. `name_errors` keeps name fields (splits,
+column names) from being paths at all, and `read_bounded` is the one way validation opens a
+file a recipe points at: real path inside the roots, a regular file, at most `cap` bytes.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.recipe.errors import FieldError
 
 HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+NAME_MAX_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,13 @@ def is_hub_name(value: str) -> bool:
     return bool(HUB_NAME.match(value)) and ".." not in value
 
 
+def names_hub_repo(value: str, base: Path | None = None) -> bool:
+    """A hub id only if it reads as `org/name` and nothing by that name exists under `base`
+    (the working directory): an existing relative path is a path, checked against the roots.
+    A dangling symlink counts as existing, so it is refused as a path rather than looked up."""
+    return is_hub_name(value) and not os.path.lexists((base or Path.cwd()) / value)
+
+
 def _inside(path: Path, roots: list[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
 
@@ -43,8 +54,16 @@ def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+def _lexical(path: Path) -> Path:
+    return Path(os.path.normpath(path.expanduser().absolute()))
+
+
 def _roots_text(roots: list[Path]) -> str:
     return os.pathsep.join(str(r) for r in roots)
+
+
+def _invalid(loc: str, msg: str, fix: str) -> PathCheck:
+    return PathCheck("invalid", errors=[FieldError(loc, msg, fix)])
 
 
 def check_path(
@@ -58,20 +77,15 @@ def check_path(
 ) -> PathCheck:
     """Check one path-valued recipe field against the allowed roots."""
     if not isinstance(value, str) or not value.strip():
-        return PathCheck(
-            "invalid",
-            errors=[
-                FieldError(
-                    loc, "must be a non-empty path string", "give a path inside the allowed roots"
-                )
-            ],
+        return _invalid(
+            loc, "must be a non-empty path string", "give a path inside the allowed roots"
         )
+    if "\x00" in value:
+        return _invalid(loc, "contains a NUL character", "give a path inside the allowed roots")
     raw = Path(value).expanduser()
-    lexical = Path(os.path.normpath(raw if raw.is_absolute() else Path.cwd() / raw))
-    if allow_hub and is_hub_name(value) and not lexical.exists():
+    if allow_hub and names_hub_repo(value):
         return PathCheck("hub")
-    lexical_roots = [Path(os.path.normpath(r.expanduser().absolute())) for r in roots]
-    real_roots = [_real(r) for r in lexical_roots]
+    lexical, lexical_roots = _lexical(raw), [_lexical(r) for r in roots]
     fix = f"use a path inside {_roots_text(lexical_roots)} or add its root to {env_var}"
     if not _inside(lexical, lexical_roots):
         why = (
@@ -79,19 +93,13 @@ def check_path(
             if ".." in raw.parts
             else "is outside the allowed roots"
         )
-        return PathCheck("invalid", errors=[FieldError(loc, f"{value!r} {why}", fix)])
-    if not _inside(_real(lexical), real_roots):
-        msg = f"{value!r} is a symlink that leads outside the allowed roots"
-        return PathCheck("invalid", errors=[FieldError(loc, msg, fix)])
+        return _invalid(loc, f"{value!r} {why}", fix)
+    if not _inside(_real(lexical), [_real(r) for r in lexical_roots]):
+        return _invalid(loc, f"{value!r} is a symlink that leads outside the allowed roots", fix)
     if must_exist and not lexical.exists():
         hint = " (a hub name has the form org/name)" if allow_hub else ""
-        return PathCheck(
-            "invalid",
-            errors=[
-                FieldError(
-                    loc, f"{value!r} does not exist", f"give an existing file or directory{hint}"
-                )
-            ],
+        return _invalid(
+            loc, f"{value!r} does not exist", f"give an existing file or directory{hint}"
         )
     return PathCheck("local", path=lexical)
 
@@ -113,3 +121,62 @@ def check_checkpoint_path(
         allow_hub=False,
         env_var="TUNEYARD_CHECKPOINT_ROOTS",
     )
+
+
+def name_errors(value: object, loc: str, example: str) -> list[FieldError]:
+    """A split, config or column name: never a path. The trainer joins a split onto the
+    dataset directory (`<dir>/<split>.json`), so a separator or `..` would read elsewhere."""
+    fix = f"set {loc} to a plain name such as {example}"
+    if not isinstance(value, str) or not value:
+        return [FieldError(loc, "must be a non-empty name", fix)]
+    if len(value) > NAME_MAX_CHARS:
+        return [FieldError(loc, f"is longer than {NAME_MAX_CHARS} characters", fix)]
+    if "/" in value or "\\" in value or "\x00" in value or ".." in value:
+        return [FieldError(loc, f"{value!r} is a name, not a path: no '/', '\\' or '..'", fix)]
+    return []
+
+
+def _read_regular(real: Path, shown: Path, cap: int) -> tuple[bytes | None, str]:
+    """At most cap + 1 bytes of `real`, or why not. O_NONBLOCK: a FIFO must not hang us."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(real, flags)
+    except OSError as exc:
+        return None, f"cannot read {shown}: {exc.strerror}"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, f"{shown} is not a regular file"
+        if info.st_size > cap:
+            return None, f"{shown} is {info.st_size} bytes, over the {cap} bytes validation reads"
+        chunks, left = [], cap + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        return None, f"cannot read {shown}: {exc.strerror}"
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > cap:
+        return None, f"{shown} is over the {cap} bytes validation reads"
+    return data, ""
+
+
+def read_bounded(
+    file: Path, loc: str, roots: list[Path], cap: int
+) -> tuple[bytes | None, list[FieldError]]:
+    """A file a recipe points at: its real path must stay inside `roots` (a symlink within
+    them is fine, e.g. hub-cache snapshots into `blobs/`), and it must be a regular file of
+    at most `cap` bytes; no more than cap + 1 bytes are ever read."""
+    real, real_roots = _real(_lexical(file)), [_real(_lexical(r)) for r in roots]
+    if not _inside(real, real_roots):
+        msg = f"{file} is a symlink that leads outside the allowed roots"
+        return None, [FieldError(loc, msg, f"keep the file inside {_roots_text(real_roots)}")]
+    data, why = _read_regular(real, file, cap)
+    if data is None:
+        return None, [FieldError(loc, why, f"give a regular file of at most {cap} bytes")]
+    return data, []

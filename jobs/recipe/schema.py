@@ -7,6 +7,7 @@ keyword names `jobs.recipe.targets` checks. `distributed` belongs to `jobs.recip
 `fold_synonyms` maps the accepted synonyms onto canonical keys before validation:
 `val_every_steps` -> `val_check_interval`, `ckpt_every_steps` -> `checkpoint_interval`,
 top-level `seed` -> `rng.seed`, `checkpoint.restore_from` -> `restore_from`.
+`normalize_restore_from` gives `restore_from` one of its accepted forms.
 """
 
 from __future__ import annotations
@@ -148,6 +149,55 @@ class QatSection(Section):
     quantizer: str | dict[str, Any] | None = None
     fake_quant_after_n_steps: NonNegativeInt | None = None
     groupsize: PositiveInt | None = None
+
+
+class RestoreFromSection(Section):
+    """`restore_from: {path: ...}` or `{job: <id>, step: N}` (no step: that job's LATEST)."""
+
+    path: str | None = None
+    job: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    step: PositiveInt | None = None
+
+
+RESTORE_FIX = "write restore_from: {path: LATEST}, {path: <checkpoint dir>} or {job: <id>, step: N}"
+
+
+def _restore_form_errors(form: RestoreFromSection) -> list[FieldError]:
+    if form.path is not None and form.job is not None:
+        return [
+            FieldError("restore_from.job", "cannot be given with restore_from.path", RESTORE_FIX)
+        ]
+    if form.step is not None and form.job is None:
+        msg = "goes with restore_from.job (a path names its step directory itself)"
+        return [FieldError("restore_from.step", msg, RESTORE_FIX)]
+    if form.path is None and form.job is None:
+        return [FieldError("restore_from.path", "must be LATEST or a checkpoint path", RESTORE_FIX)]
+    return []
+
+
+def normalize_restore_from(value: Any) -> tuple[dict[str, Any] | None, list[FieldError]]:
+    """null | "LATEST" | a path | {path} | {job, step?} -> null, {"path"} or {"job", "step"}.
+
+    `jobs.recipe.checks.check_checkpoint_paths` resolves the job form to a path.
+    """
+    if value is None:
+        return None, []
+    if isinstance(value, str):
+        return {"path": value}, []
+    if not isinstance(value, dict):
+        return None, [
+            FieldError("restore_from.path", "must be LATEST or a checkpoint path", RESTORE_FIX)
+        ]
+    try:
+        form = RestoreFromSection.model_validate(value)
+    except ValidationError as exc:
+        return None, field_errors(exc, "restore_from", RestoreFromSection.model_fields)
+    errors = _restore_form_errors(form)
+    if errors:
+        return None, errors
+    if form.path is not None:
+        return {"path": form.path}, []
+    return {"job": form.job, "step": form.step}, []
 
 
 FIXED_SECTIONS: dict[str, type[Section]] = {

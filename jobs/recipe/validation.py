@@ -25,6 +25,7 @@ from jobs.recipe.normalize import normalize_recipe
 from jobs.recipe.overrides import apply_overrides, parse_overrides
 from jobs.recipe.plan import build_plan
 from jobs.recipe.schema_errors import field_errors
+from jobs.recipe.scope import JobScope
 from jobs.recipe.settings import RecipeSettings
 from jobs.recipe.typed import Recipe, build_recipe, is_stored_recipe, recipe_sections
 from jobs.recipe.yaml_loader import LimitExceeded, load_yaml
@@ -171,10 +172,13 @@ def validate_job(
     resources: Resources | dict[str, Any] | None = None,
     settings: RecipeSettings | None = None,
     allow_remote_code: bool = False,
+    *,
+    scope: JobScope | None = None,
 ) -> ValidationResult:
     """Check everything about a job; never raises for bad input.
 
     `allow_remote_code` is the project's grant; the operator's (`settings`) also allows it.
+    `scope` is the caller's project (the server's): run-dir paths stay in its own runs.
     """
     settings = settings or RecipeSettings()
     if allow_remote_code and not settings.allow_remote_code:
@@ -189,7 +193,7 @@ def validate_job(
         data = recipe_sections(data)
     data, apply_errors = apply_overrides(data, pairs)
     errors += apply_errors
-    normalized, setup, info, recipe_errors = normalize_recipe(data, res, settings)
+    normalized, setup, info, recipe_errors = normalize_recipe(data, res, settings, scope)
     errors = _mark_overridden(errors + recipe_errors, {k for k, _ in pairs})
     plan = build_plan(normalized, setup, res, info)
     plan["trust_remote_code"] = bool((normalized.get("model") or {}).get("trust_remote_code"))

@@ -125,6 +125,22 @@ def get_job(session: Session, project_id: int, job_id: str) -> Job | None:
     return job if job is not None and job.project_id == project_id else None
 
 
+def owns_job(session: Session, project_id: int, job_id: str) -> bool:
+    """Whether `job_id` is exactly (lower-case, as stored) the id of a job of this project."""
+    if not is_job_id(job_id) or job_id != job_id.lower():
+        return False
+    stmt = select(Job.id).where(Job.id == job_id, Job.project_id == project_id)
+    return session.scalar(stmt) is not None
+
+
+def job_checkpoint_dir(session: Session, project_id: int, job_id: str) -> str | None:
+    """The job's own `checkpoint.checkpoint_dir`; None when it kept the default."""
+    job = get_job(session, project_id, job_id)
+    section = (job.recipe or {}).get("checkpoint") if job is not None else None
+    value = section.get("checkpoint_dir") if isinstance(section, dict) else None
+    return value if isinstance(value, str) else None
+
+
 # --- listing with a cursor -----------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from recipe_asserts import TINY_LLAMA_CONFIG, TINY_LLAMA_PARAMS, error_at, locs, write_model_dir
@@ -24,7 +25,9 @@ def test_llama_supports_tensor_parallelism(validate, recipe):
 
 
 @pytest.mark.parametrize(("field", "what"), [("pp_size", "pipeline"), ("cp_size", "context")])
-def test_pipeline_and_context_parallelism_are_refused_for_every_model(validate, recipe, field, what):
+def test_pipeline_and_context_parallelism_are_refused_for_every_model(
+    validate, recipe, field, what
+):
     recipe["distributed"][field] = 2
     err = error_at(validate(recipe, nproc_per_node=2), f"distributed.{field}")
     assert what in err.msg and "not supported" in err.msg and f"{field}: 1" in err.fix
@@ -201,3 +204,125 @@ def test_qwen3_moe_expert_parallelism_refuses_lora(validate, recipe, data_root):
     recipe["peft"] = {"match_all_linear": True, "dim": 8, "alpha": 16}
     err = error_at(validate(recipe, nproc_per_node=2), "distributed.ep_size")
     assert "LoRA" in err.msg and "remove the peft section" in err.fix
+
+
+# --- config.json is read with the root and symlink checks, and capped (issue 11, item 6) ---
+
+STOLEN_CONFIG = {**TINY_LLAMA_CONFIG, "architectures": ["StolenForCausalLM"]}
+
+
+def _stolen_config(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir(exist_ok=True)
+    (outside / "config.json").write_text(json.dumps(STOLEN_CONFIG))
+    return outside / "config.json"
+
+
+def test_config_json_symlinked_out_of_the_roots_is_not_read(validate, recipe, data_root, tmp_path):
+    model = data_root / "linked_model"
+    model.mkdir()
+    (model / "config.json").symlink_to(_stolen_config(tmp_path))
+    recipe["model"]["pretrained_model_name_or_path"] = str(model)
+    result = validate(recipe)
+    assert (
+        "outside the allowed roots" in error_at(result, "model.pretrained_model_name_or_path").msg
+    )
+    assert result.plan["architecture"] is None
+    assert "Stolen" not in json.dumps(result.to_dict())
+
+
+def test_config_json_symlinked_inside_the_roots_is_read(validate, recipe, data_root, model_dir):
+    model = data_root / "alias_model"
+    model.mkdir()
+    (model / "config.json").symlink_to(model_dir / "config.json")
+    recipe["model"]["pretrained_model_name_or_path"] = str(model)
+    assert validate(recipe).plan["architecture"] == "LlamaForCausalLM"
+
+
+def test_config_json_over_the_cap_is_refused_without_reading_it(validate, recipe, model_dir):
+    from jobs.recipe.model_config import CONFIG_FILE_CAP
+
+    with (model_dir / "config.json").open("r+b") as handle:
+        handle.truncate(200 * 1024 * 1024)  # sparse: 200 MB that take no disk
+    error = error_at(validate(recipe), "model.pretrained_model_name_or_path")
+    assert str(CONFIG_FILE_CAP) in error.msg or "MiB" in error.msg
+
+
+def test_config_json_just_over_the_cap(validate, recipe, model_dir):
+    from jobs.recipe.model_config import CONFIG_FILE_CAP
+
+    text = json.dumps(TINY_LLAMA_CONFIG)
+    (model_dir / "config.json").write_text(
+        text[:-1] + " " * (CONFIG_FILE_CAP - len(text) + 1) + "}"
+    )
+    error_at(validate(recipe), "model.pretrained_model_name_or_path")
+    (model_dir / "config.json").write_text(text[:-1] + " " * (CONFIG_FILE_CAP - len(text)) + "}")
+    assert validate(recipe).valid
+
+
+def test_read_stops_after_cap_plus_one_bytes(monkeypatch):
+    """A file whose size says 0 (as /proc's do) is still read no further than cap + 1."""
+    from pathlib import Path
+
+    from jobs.recipe import paths
+
+    status = Path("/proc/self/status")
+    assert status.stat().st_size == 0 and len(status.read_bytes()) > 100
+    reads = []
+    real_read = os.read
+    monkeypatch.setattr(paths.os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    data, errors = paths.read_bounded(status, "loc", [Path("/proc")], cap=10)
+    assert data is None and "over the 10 bytes" in errors[0].msg and sum(reads) <= 11
+
+
+def test_a_fifo_config_json_does_not_hang(validate, recipe, data_root):
+    model = data_root / "fifo_model"
+    model.mkdir()
+    os.mkfifo(model / "config.json")
+    recipe["model"]["pretrained_model_name_or_path"] = str(model)
+    assert "regular file" in error_at(validate(recipe), "model.pretrained_model_name_or_path").msg
+
+
+def test_inline_config_file_path_is_checked_too(validate, recipe, data_root, tmp_path):
+    (data_root / "cfg.json").symlink_to(_stolen_config(tmp_path))
+    recipe["model"] = {
+        "_target_": "tuneyard.models.AutoModelForCausalLM.from_config",
+        "config": str(data_root / "cfg.json"),
+    }
+    error_at(validate(recipe), "model.config")
+
+
+def _hub_snapshot(cache, name="org--fancy", revision="abc123"):
+    repo = cache / f"models--{name}"
+    (repo / "snapshots" / revision).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    return repo
+
+
+def test_hub_cache_snapshot_symlinks_into_blobs_are_read(validate, recipe, empty_hf_cache):
+    repo = _hub_snapshot(empty_hf_cache)
+    (repo / "blobs").mkdir()
+    (repo / "blobs" / "0123abcd").write_text(json.dumps(UNKNOWN_CONFIG))
+    (repo / "snapshots" / "abc123" / "config.json").symlink_to("../../blobs/0123abcd")
+    recipe["model"]["pretrained_model_name_or_path"] = "org/fancy"
+    assert validate(recipe).plan["architecture"] == "FancyForCausalLM"
+
+
+def test_hub_cache_symlink_out_of_the_cache_is_not_read(validate, recipe, empty_hf_cache, tmp_path):
+    repo = _hub_snapshot(empty_hf_cache)
+    (repo / "snapshots" / "abc123" / "config.json").symlink_to(_stolen_config(tmp_path))
+    recipe["model"]["pretrained_model_name_or_path"] = "org/fancy"
+    result = validate(recipe)
+    error_at(result, "model.pretrained_model_name_or_path")
+    assert result.plan["architecture"] is None
+
+
+def test_hub_cache_ref_cannot_walk_out_of_the_cache(validate, recipe, empty_hf_cache, tmp_path):
+    _stolen_config(tmp_path)
+    repo = _hub_snapshot(empty_hf_cache)
+    depth = len(repo.relative_to(tmp_path).parts) + 1
+    (repo / "refs" / "main").write_text("/".join([".."] * depth) + "/outside")
+    recipe["model"]["pretrained_model_name_or_path"] = "org/fancy"
+    result = validate(recipe)
+    assert result.plan["architecture"] != "StolenForCausalLM"

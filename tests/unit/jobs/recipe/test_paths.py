@@ -120,3 +120,110 @@ def test_restore_from_path_rules(validate, recipe, ckpt_root, tmp_path):
 def test_empty_path_value(validate, recipe):
     recipe["dataset"]["path_or_dataset"] = ""
     error_at(validate(recipe), "dataset.path_or_dataset")
+
+
+# --- name fields are names, never paths (issue 11, item 6) --------------------------------
+
+NAME_FIELDS = [
+    ("tuneyard.datasets.SquadDataset", "split"),
+    ("tuneyard.datasets.JsonlInstructionDataset", "prompt_field"),
+    ("tuneyard.datasets.JsonlInstructionDataset", "completion_field"),
+    ("tuneyard.datasets.JsonlInstructionDataset", "messages_field"),
+]
+
+
+def _dataset_with(recipe, data_root, target, key, value):
+    if target == "tuneyard.datasets.JsonlInstructionDataset":
+        (data_root / "rows.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
+        recipe["dataset"] = {"_target_": target, "path": str(data_root / "rows.jsonl")}
+    recipe["dataset"][key] = value
+
+
+@pytest.mark.parametrize(("target", "key"), NAME_FIELDS)
+@pytest.mark.parametrize(
+    "value", ["../../outside/stolen", "a/b", "/etc/passwd", "..", "x\\y", "sub/../x", "", "a\x00"]
+)
+def test_name_fields_refuse_paths(validate, recipe, data_root, target, key, value):
+    _dataset_with(recipe, data_root, target, key, value)
+    error_at(validate(recipe), f"dataset.{key}")
+
+
+@pytest.mark.parametrize("value", ["train", "validation", "train[:100]", "train[10%:]", "test+dev"])
+def test_split_names_and_slices_stay_allowed(validate, recipe, value):
+    recipe["dataset"]["split"] = value
+    assert validate(recipe).valid, value
+
+
+def test_split_escape_reads_nothing_outside_the_roots(validate, recipe, tmp_path):
+    """`split` is joined onto the dataset directory by the trainer (`<dir>/<split>.json`)."""
+    stolen = tmp_path / "outside" / "stolen.json"
+    stolen.parent.mkdir()
+    stolen.write_text("[]")
+    recipe["dataset"]["split"] = "../../outside/stolen"
+    assert "path" in error_at(validate(recipe), "dataset.split").msg
+
+
+def test_validation_dataset_names_are_checked(validate, recipe, squad_dir):
+    recipe["validation_dataset"] = {
+        "_target_": "tuneyard.datasets.SquadDataset",
+        "path_or_dataset": str(squad_dir),
+        "split": "../validation",
+    }
+    error_at(validate(recipe), "validation_dataset.split")
+
+
+def test_every_dataset_keyword_is_a_path_a_name_or_a_number():
+    """A new dataset keyword must be classified, so no name field skips the name rule."""
+    from jobs.recipe.checks import DATA_PATH_KEYS, DATASET_NAME_KEYS, DATASET_NUMBER_KEYS
+    from jobs.recipe.target_table import CANONICAL
+
+    known = {*DATA_PATH_KEYS, *DATASET_NAME_KEYS, *DATASET_NUMBER_KEYS}
+    for spec in CANONICAL.values():
+        if spec.kind == "dataset":
+            assert spec.params is not None and spec.params <= known, (
+                spec.name,
+                spec.params - known,
+            )
+
+
+# --- a relative path that exists is a path, not a hub id ----------------------------------
+
+
+def test_existing_relative_two_part_path_is_checked_against_the_roots(
+    validate, recipe, tmp_path, monkeypatch
+):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "passwd").write_text("root:x:0:0\n")
+    monkeypatch.chdir(tmp_path)  # not a data root: the roots are tmp_path/data only
+    recipe["dataset"]["path_or_dataset"] = "etc/passwd"
+    assert "outside" in error_at(validate(recipe), "dataset.path_or_dataset").msg
+    recipe["model"]["pretrained_model_name_or_path"] = "etc/passwd"
+    error_at(validate(recipe), "model.pretrained_model_name_or_path")
+
+
+def test_etc_passwd_from_the_filesystem_root(validate, recipe, monkeypatch):
+    monkeypatch.chdir("/")
+    recipe["dataset"]["path_or_dataset"] = "etc/passwd"
+    error_at(validate(recipe), "dataset.path_or_dataset")
+
+
+def test_a_dangling_relative_symlink_is_a_path_not_a_hub_id(
+    validate, recipe, tmp_path, monkeypatch
+):
+    (tmp_path / "org").mkdir()
+    os.symlink(tmp_path / "absent", tmp_path / "org" / "name")
+    monkeypatch.chdir(tmp_path)
+    recipe["dataset"]["path_or_dataset"] = "org/name"
+    error_at(validate(recipe), "dataset.path_or_dataset")
+
+
+def test_hub_rule_agrees_with_the_trainer(tmp_path, monkeypatch):
+    from jobs.recipe.paths import names_hub_repo
+    from trainer.data.hub import is_hub_dataset
+
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "passwd").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    for value in ("etc/passwd", "org/name", "a/b/c", "name"):
+        assert names_hub_repo(value) == is_hub_dataset(value), value
+    assert names_hub_repo("org/name") and not names_hub_repo("etc/passwd")
