@@ -1,7 +1,11 @@
 """Entry point: `[torchrun --nproc_per_node N] python -m trainer --recipe R --run-dir D [overrides]`.
 
-Validates the recipe with the same code as `tuneyard validate` (invalid: errors printed,
-exit 2 before any model is built), joins the process group, sets the run up and trains.
+A recipe the service stored (`recipe.json`, written by the worker: the typed recipe
+validation built) is rebuilt as is with `Recipe.from_json`: nothing is validated or
+re-derived, and the schema's code is never imported. A recipe written by hand (or given
+overrides) is validated with the same code as `tuneyard validate` (invalid: errors printed,
+exit 2 before any model is built). Then the trainer joins the process group, sets the run
+up and trains.
 Every ending maps to an exit code of `jobs.recipe.exit_codes` and, on rank 0, to a `failed` or
 `finished`/`preempted` event in `D/events.jsonl`; user errors print one clear line.
 """
@@ -9,12 +13,17 @@ Every ending maps to an exit code of `jobs.recipe.exit_codes` and, on rank 0, to
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jobs.recipe.exit_codes import FAILURE_CODES, ExitCode
+
+if TYPE_CHECKING:
+    from jobs.recipe.typed import Recipe
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -24,23 +33,45 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_known_args(argv)
 
 
-def validated_recipe(recipe_path: Path, overrides: list[str], run_dir: Path) -> dict | None:
+def load_recipe(recipe_path: Path, overrides: list[str], run_dir: Path) -> Recipe | None:
+    """The typed recipe to run, or None (errors printed and recorded) when it is invalid."""
+    from jobs.recipe.typed import Recipe, StoredRecipeInvalid, is_stored_recipe
+
+    data = _read_stored(recipe_path)
+    if is_stored_recipe(data) and not overrides:
+        try:
+            return Recipe.from_json(data)
+        except StoredRecipeInvalid as exc:
+            return _invalid(recipe_path, run_dir, [str(exc)])
     from jobs.recipe.validation import validate_job
     from trainer.distributed import resources_from_env
 
     result = validate_job(recipe_path, overrides, resources_from_env())
-    if result.valid and result.recipe is not None:
-        from jobs.recipe.typed import recipe_sections
+    if result.valid and result.typed is not None:
+        return result.typed
+    return _invalid(recipe_path, run_dir, [str(e) for e in result.errors])
 
-        return recipe_sections(result.recipe)
+
+def _read_stored(recipe_path: Path) -> object:
+    """The JSON the worker wrote; anything else (YAML by hand) is left to validation."""
+    if recipe_path.suffix != ".json":
+        return None
+    try:
+        return json.loads(recipe_path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _invalid(recipe_path: Path, run_dir: Path, errors: list[str]) -> None:
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"recipe {recipe_path} is invalid:", file=sys.stderr)
-        for error in result.errors:
+        for error in errors:
             print(f"  {error}", file=sys.stderr)
         from trainer.metrics import RunLog
 
-        message = "; ".join(str(e) for e in result.errors)
-        record_failure(RunLog(run_dir, is_rank0=True), 0, ExitCode.INVALID_RECIPE, message)
+        record_failure(
+            RunLog(run_dir, is_rank0=True), 0, ExitCode.INVALID_RECIPE, "; ".join(errors)
+        )
     return None
 
 
@@ -50,7 +81,7 @@ def record_failure(log, step: int, code: ExitCode, message: str) -> None:
     log.close()
 
 
-def run(recipe: dict, run_dir: Path) -> int:
+def run(recipe: Recipe, run_dir: Path) -> int:
     import torch
 
     from trainer import distributed
@@ -59,12 +90,11 @@ def run(recipe: dict, run_dir: Path) -> int:
     from trainer.metrics import RunLog
     from trainer.setup import setup_run
 
-    minutes = (recipe.get("dist_env") or {}).get("timeout_minutes") or 10
+    minutes = recipe.dist_env.timeout_minutes or 10
     env = distributed.init_distributed(timeout_s=int(minutes) * 60)
     log = RunLog(run_dir, env.is_rank0)
     training = None
     try:
-        distributed.check_backend(env, recipe.get("dist_env"))
         training = setup_run(recipe, run_dir, env)
         code = train(training, log)
         log.close()
@@ -85,7 +115,7 @@ def run(recipe: dict, run_dir: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     args.run_dir.mkdir(parents=True, exist_ok=True)
-    recipe = validated_recipe(args.recipe, overrides, args.run_dir)
+    recipe = load_recipe(args.recipe, overrides, args.run_dir)
     if recipe is None:
         return int(ExitCode.INVALID_RECIPE)
     try:

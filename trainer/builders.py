@@ -1,10 +1,11 @@
-"""Builders: the recipe's sections turned into objects, through the `_target_` allowlist.
+"""Builders: the typed recipe's sub-objects turned into torch objects, through the allowlist.
 
-Every `_target_` section goes through `jobs.recipe.targets.build` (the only place a name becomes
-a callable); the trainer injects what only it knows (the tokenizer, the parameters, the
-optimizer, `max_steps`). Bad user inputs surface here as `TrainerError`s: a tokenizer
-that cannot be read, a tokenizer larger than the model's vocabulary, fp8/QAT on a machine
-that cannot run them, LoRA options peft refuses.
+Each builder takes the sub-object it needs (a `TargetCall`, the `DataLoader` or `Peft`
+section), never the whole recipe. Every `_target_` goes through `jobs.recipe.targets.build`
+(the only place a name becomes a callable); the trainer injects what only it knows (the
+tokenizer, the parameters, the optimizer, `max_steps`). Validation already refused what the
+trainer cannot run; what is left surfaces here as `TrainerError`s about the data: a
+tokenizer that cannot be read or is larger than the model's vocabulary, an empty dataset.
 """
 
 from __future__ import annotations
@@ -18,20 +19,21 @@ from torch.utils.data import DataLoader, Dataset
 from jobs.recipe import targets
 from jobs.recipe.errors import RecipeInvalid
 from jobs.recipe.exit_codes import ExitCode
+from jobs.recipe.typed import DataLoader as LoaderSpec
+from jobs.recipe.typed import PackedSequence, Peft, Recipe, TargetCall
 from trainer.data.collate import Collator, PackedDataset
 from trainer.data.sampler import ResumableBatchSampler
-from trainer.errors import TrainerError, data_error, unsupported
-from trainer.loss import MaskedCrossEntropy
+from trainer.errors import TrainerError, data_error
 
 
-def build_target(section: dict[str, Any], loc: str, **injected: Any) -> Any:
+def build_target(call: TargetCall, loc: str, **injected: Any) -> Any:
     """`jobs.recipe.targets.build`, with recipe errors and user-input errors mapped to exit codes.
 
     A callable refusing its arguments is a recipe error (exit 2); a dataset or model that
     cannot read its files is a data error (exit 3).
     """
     try:
-        return targets.build(section, loc, **injected)
+        return targets.build(call.to_json(), loc, **injected)
     except RecipeInvalid as exc:
         raise TrainerError(ExitCode.INVALID_RECIPE, str(exc)) from None
     except TrainerError:
@@ -46,23 +48,25 @@ def build_target(section: dict[str, Any], loc: str, **injected: Any) -> Any:
         raise TrainerError(code, f"{loc}: {exc}") from None
 
 
-def tokenizer_path(recipe: dict[str, Any]) -> str | None:
-    for section in ("dataset", "validation_dataset", "model"):
-        value = (recipe.get(section) or {}).get("tokenizer_name_or_path")
+def tokenizer_path(recipe: Recipe) -> str | None:
+    for call in (recipe.dataset, recipe.validation_dataset, recipe.model):
+        value = call.get("tokenizer_name_or_path") if call is not None else None
         if value:
             return str(value)
-    model = recipe.get("model") or {}
-    return model.get("pretrained_model_name_or_path")
+    return recipe.model.get("pretrained_model_name_or_path")
 
 
-def load_tokenizer(recipe: dict[str, Any]) -> Any | None:
+def load_tokenizer(recipe: Recipe) -> Any | None:
     path = tokenizer_path(recipe)
     if path is None:
         return None
     from transformers import AutoTokenizer
 
+    remote_code = bool(recipe.model.get("trust_remote_code"))  # granted at submit, or refused
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(
+            path, local_files_only=True, trust_remote_code=remote_code
+        )
     except (OSError, ValueError) as exc:
         raise data_error(
             f"tokenizer: cannot load a tokenizer from {path} ({exc}); set "
@@ -73,11 +77,11 @@ def load_tokenizer(recipe: dict[str, Any]) -> Any | None:
     return tokenizer
 
 
-def build_model(recipe: dict[str, Any]) -> nn.Module:
+def build_model(call: TargetCall) -> nn.Module:
     from models.auto import ModelLoadError
 
     try:
-        return build_target(recipe["model"], "model")
+        return build_target(call, "model")
     except ModelLoadError as exc:
         raise data_error(str(exc)) from None
 
@@ -92,64 +96,35 @@ def check_vocab(tokenizer: Any, model: nn.Module) -> None:
         )
 
 
-def refuse_quantization(recipe: dict[str, Any], device: torch.device) -> None:
-    """fp8 and QAT need CUDA kernels (torchao); refuse rather than train something else."""
-    for name in ("fp8", "qat"):
-        if (recipe.get(name) or {}).get("enabled"):
-            where = "on CPU" if device.type != "cuda" else "in this trainer yet"
-            raise unsupported(
-                f"{name}.enabled: {name} training is not available {where}; "
-                f"set {name}.enabled: false"
-            )
-
-
-def apply_peft(model: nn.Module, section: dict[str, Any] | None) -> nn.Module:
-    if not section:
+def apply_peft(model: nn.Module, peft: Peft | None) -> nn.Module:
+    if peft is None:
         return model
     from peft import LoraConfig, get_peft_model
 
-    targets_ = "all-linear" if section.get("match_all_linear") else section.get("target_modules")
+    targets_ = "all-linear" if peft.match_all_linear else peft.target_modules
     try:
         config = LoraConfig(
-            r=int(section.get("dim", 8)),
-            lora_alpha=float(section.get("alpha", 32)),
-            lora_dropout=float(section.get("dropout", 0.0)),
+            r=peft.dim,
+            lora_alpha=peft.alpha,
+            lora_dropout=peft.dropout,
             target_modules=targets_ or "all-linear",
-            exclude_modules=section.get("exclude_modules") or None,
-            use_dora=bool(section.get("use_dora")),
+            exclude_modules=peft.exclude_modules or None,
+            use_dora=peft.use_dora,
             task_type="CAUSAL_LM",
         )
         return get_peft_model(model, config)
     except ValueError as exc:
-        raise TrainerError(ExitCode.INVALID_RECIPE, f"peft: {exc}") from None
+        raise data_error(f"peft: the model refuses this LoRA setting: {exc}") from None
 
 
-def packing(recipe: dict[str, Any], dataset_section: dict[str, Any]) -> int:
-    """The pack size (0: no packing)."""
-    section = recipe.get("packed_sequence") or {}
-    size = int(section.get("packed_sequence_size") or 0)
-    enabled = section.get("enabled")
-    if enabled is False:
-        return 0
-    if enabled and not size:
-        size = int(dataset_section.get("max_seq_length") or dataset_section.get("seq_length") or 0)
-        if not size:
-            raise TrainerError(
-                ExitCode.INVALID_RECIPE,
-                "packed_sequence.packed_sequence_size: "
-                "set it (or dataset.max_seq_length) when packing is enabled",
-            )
-    return size
-
-
-def build_dataset(recipe: dict[str, Any], name: str, tokenizer: Any) -> Dataset | None:
-    section = recipe.get(name)
-    if not section:
+def build_dataset(
+    call: TargetCall | None, name: str, packed: PackedSequence, tokenizer: Any
+) -> Dataset | None:
+    if call is None:
         return None
-    dataset = build_target(section, name, tokenizer=tokenizer)
-    pack_size = packing(recipe, section)
-    if pack_size:
-        dataset = PackedDataset(dataset, pack_size)
+    dataset = build_target(call, name, tokenizer=tokenizer)
+    if packed.enabled:  # validation resolved the pack size
+        dataset = PackedDataset(dataset, packed.packed_sequence_size)
     if len(dataset) == 0:
         raise data_error(f"{name}: the dataset is empty")
     return dataset
@@ -157,8 +132,7 @@ def build_dataset(recipe: dict[str, Any], name: str, tokenizer: Any) -> Dataset 
 
 def build_loader(
     dataset: Dataset,
-    section: dict[str, Any],
-    batch_size: int,
+    section: LoaderSpec,
     *,
     seed: int,
     dp_rank: int,
@@ -168,48 +142,46 @@ def build_loader(
 ) -> DataLoader:
     sampler = ResumableBatchSampler(
         len(dataset),
-        batch_size,
+        section.batch_size,
         dp_rank,
         dp_size,
-        shuffle=bool(section.get("shuffle", train)),
+        shuffle=section.shuffle,
         seed=seed,
         drop_last=train,
     )
     if train and len(sampler) == 0:
         raise data_error(
             f"dataset: {len(dataset)} samples are fewer than one batch per rank "
-            f"({batch_size} x {dp_size} ranks); add data or lower the batch size"
+            f"({section.batch_size} x {dp_size} ranks); add data or lower the batch size"
         )
-    workers = int(section.get("num_workers") or 0)
+    workers = section.num_workers
     return DataLoader(
         dataset,
         batch_sampler=sampler,
         collate_fn=collator,
         num_workers=workers,
-        pin_memory=bool(section.get("pin_memory")) and torch.cuda.is_available(),
-        persistent_workers=workers > 0 and bool(section.get("persistent_workers")),
+        pin_memory=section.pin_memory and torch.cuda.is_available(),
+        persistent_workers=workers > 0 and section.persistent_workers,
         # its own generator: creating an iterator (as a resume does mid-epoch) must not
         # draw from the global RNG that dropout uses, or resumed runs would diverge
         generator=torch.Generator().manual_seed(seed),
     )
 
 
-def build_optimizer(recipe: dict[str, Any], model: nn.Module) -> torch.optim.Optimizer:
+def build_optimizer(call: TargetCall, model: nn.Module) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
-        raise TrainerError(ExitCode.INVALID_RECIPE, "peft/model: no trainable parameters")
-    return build_target(recipe["optimizer"], "optimizer", params=params)
+        raise data_error("peft.target_modules: no module of the model matched; nothing trains")
+    return build_target(call, "optimizer", params=params)
 
 
 def build_lr_scheduler(
-    recipe: dict[str, Any], optimizer: torch.optim.Optimizer, max_steps: int
+    call: TargetCall | None, optimizer: torch.optim.Optimizer, max_steps: int
 ) -> Any:
-    section = recipe.get("lr_scheduler")
-    if not section:
+    if call is None:
         return None
-    return build_target(section, "lr_scheduler", optimizer=optimizer, max_steps=max_steps)
+    return build_target(call, "lr_scheduler", optimizer=optimizer, max_steps=max_steps)
 
 
-def build_loss(recipe: dict[str, Any]) -> nn.Module:
-    section = recipe.get("loss_fn")
-    return build_target(section, "loss_fn") if section else MaskedCrossEntropy()
+def build_loss(call: TargetCall) -> nn.Module:
+    return build_target(call, "loss_fn")

@@ -19,7 +19,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from trainer.errors import unsupported
+from jobs.recipe.exit_codes import ExitCode
+from jobs.recipe.typed import Topology as Layout
+from trainer.errors import TrainerError
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,11 @@ class Topology:
     def tp_mesh(self) -> DeviceMesh | None:
         return self.mesh["tp"] if self.tp_size > 1 else None
 
+    def mesh_shape(self) -> dict[str, int]:
+        """Axis name -> size of the mesh this rank built (what the `started` event reports)."""
+        names = self.mesh.mesh_dim_names or ()
+        return {name: int(size) for name, size in zip(names, self.mesh.shape, strict=True)}
+
 
 def resources_from_env() -> dict[str, Any]:
     """What validation needs to know about this launch, from torchrun's environment."""
@@ -89,33 +96,25 @@ def init_distributed(timeout_s: int = 600) -> DistEnv:
     )
 
 
-def check_backend(env: DistEnv, dist_env: dict[str, Any] | None) -> None:
-    """`dist_env.backend` must name the backend this machine uses (nccl on CUDA, else gloo)."""
-    requested = (dist_env or {}).get("backend")
-    actual = "nccl" if env.device.type == "cuda" else "gloo"
-    if requested and requested != actual:
-        raise unsupported(
-            f"dist_env.backend: {requested} cannot run on {env.device.type}; "
-            f"set dist_env.backend: {actual} or remove it"
+def check_launch(env: DistEnv, layout: Layout) -> None:
+    """The launch must be the one the recipe was validated for: world size and device kind.
+
+    Not a recipe rule: validation checked the recipe against the job's resources; this
+    catches a worker that started torchrun differently (or on a machine without the GPU).
+    """
+    device = "cuda" if env.device.type == "cuda" else "cpu"
+    if env.world_size != layout.world_size or device != layout.accelerator:
+        raise TrainerError(
+            ExitCode.CRASH,
+            f"launched as {env.world_size} {device} ranks, but the recipe was validated for "
+            f"{layout.world_size} {layout.accelerator} ranks; start torchrun with the job's "
+            "resources",
         )
 
 
-def build_mesh(env: DistEnv, distributed: dict[str, Any]) -> Topology:
-    """A ([dp_replicate,] dp_shard, tp) mesh from the normalized `distributed` section."""
-    for axis in ("pp_size", "cp_size"):
-        if int(distributed.get(axis) or 1) > 1:
-            raise unsupported(
-                f"distributed.{axis} > 1 is not supported by this trainer yet; "
-                f"set distributed.{axis}: 1"
-            )
-    tp = int(distributed.get("tp_size") or 1)
-    replicate = int(distributed.get("dp_replicate_size") or 1)
-    if env.world_size % (tp * replicate):
-        raise unsupported(
-            f"world size {env.world_size} is not divisible by tp_size {tp} x "
-            f"dp_replicate_size {replicate}"
-        )
-    shard = env.world_size // (tp * replicate)
+def build_mesh(env: DistEnv, layout: Layout) -> Topology:
+    """The ([dp_replicate,] dp_shard, tp) mesh of the validated layout (sizes already checked)."""
+    tp, replicate, shard = layout.tp_size, layout.dp_replicate_size, layout.dp_shard_size
     axes = ([("dp_replicate", replicate)] if replicate > 1 else []) + [
         ("dp_shard", shard),
         ("tp", tp),
@@ -127,20 +126,7 @@ def build_mesh(env: DistEnv, distributed: dict[str, Any]) -> Topology:
     )
     replica = mesh.get_local_rank("dp_replicate") if replicate > 1 else 0
     dp_rank = replica * shard + mesh.get_local_rank("dp_shard")
-    ep = _expert_parallel_size(distributed, replicate * shard, tp, replicate)
-    return Topology(mesh, replicate * shard, dp_rank, tp, ep)
-
-
-def _expert_parallel_size(distributed: dict[str, Any], dp: int, tp: int, replicate: int) -> int:
-    """`ep_size`, which this trainer lays over all data-parallel ranks (one ep group)."""
-    ep = int(distributed.get("ep_size") or 1)
-    if ep > 1 and (tp > 1 or replicate > 1 or ep != dp):
-        raise unsupported(
-            f"distributed.ep_size {ep}: this trainer spreads experts over all data-parallel "
-            f"ranks, so ep_size must equal the data-parallel size ({dp}) with tp_size 1 and "
-            f"dp_replicate_size 1; set distributed.ep_size: {dp if tp == replicate == 1 else 1}"
-        )
-    return ep
+    return Topology(mesh, replicate * shard, dp_rank, tp, layout.ep_size)
 
 
 def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:

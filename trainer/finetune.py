@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from jobs.recipe.exit_codes import ExitCode
+from jobs.recipe.typed import StepScheduler
 from trainer.checkpoint import consolidate, manager
 from trainer.distributed import all_reduce_sum
 from trainer.errors import TrainerError
@@ -89,7 +90,7 @@ def train_step(run: TrainingRun, micro_batches: list[dict[str, Any]]) -> tuple[f
             loss = token_loss_sum(run.loss_fn, logits, batch["labels"].to(run.env.device))
             (loss * run.topology.dp_size / label_tokens).backward()
         loss_sum += float(loss.detach())
-    max_norm = (run.recipe.get("clip_grad_norm") or {}).get("max_norm")
+    max_norm = run.recipe.clip_grad_norm.max_norm
     grad_norm = clip_grad_norm([p for p in run.model.parameters() if p.requires_grad], max_norm)
     run.optimizer.step()
     if run.scheduler is not None:
@@ -130,7 +131,7 @@ def save_checkpoint(run: TrainingRun, log: RunLog, last_record: dict[str, Any]) 
         "epoch": run.data_state["epoch"],
         "data": dict(run.data_state),
         "rng": gather_rng(),
-        "recipe_hash": recipe_hash(run.recipe),
+        "recipe_hash": recipe_hash(run.recipe.to_json()),
         "architecture": run.architecture,
         "peft": run.is_peft,
         "world_size": run.env.world_size,
@@ -168,7 +169,7 @@ def train(run: TrainingRun, log: RunLog) -> ExitCode:
 
 
 def _train_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCode:
-    schedule = run.recipe.get("step_scheduler") or {}
+    schedule = run.recipe.step_scheduler
     meter = StepMeter(run.model, run.env.device, run.env.world_size)
     _announce_start(run, log)
     stream, record = batches(run), None
@@ -183,7 +184,7 @@ def _train_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCo
         record = meter.train_record(run.step, epoch, loss, grad_norm, lr, tokens, seq_len, start)
         log.record(record)
         _stop_if_not_finite(loss, run.step)
-        if run.val_loader is not None and _due(run.step, schedule.get("val_check_interval")):
+        if run.val_loader is not None and _due(run.step, schedule.val_check_interval):
             val_loss, val_tokens = validate(run)
             log.record(ValRecord(run.step, epoch, val_loss, val_tokens, time.time()))
             log.event("validation", run.step, val_loss=val_loss)
@@ -203,11 +204,24 @@ def _announce_start(run: TrainingRun, log: RunLog) -> None:
             "resumed", run.step, path=str(run.resumed_from), recipe_changed=run.recipe_changed
         )
     else:
-        log.event("started", run.step, max_steps=run.max_steps, world_size=run.env.world_size)
+        log.event("started", run.step, **_layout(run))
 
 
-def _should_save(run: TrainingRun, schedule: dict[str, Any], preempted: bool) -> bool:
-    if not (run.recipe.get("checkpoint") or {}).get("enabled", True):
+def _layout(run: TrainingRun) -> dict[str, Any]:
+    """What this run really is: steps, batches and the mesh this rank built."""
+    return {
+        "max_steps": run.max_steps,
+        "world_size": run.env.world_size,
+        "mesh_shape": run.topology.mesh_shape(),
+        "dp_size": run.topology.dp_size,
+        "tp_size": run.topology.tp_size,
+        "ep_size": run.topology.ep_size,
+        "grad_accumulation_steps": run.grad_accumulation_steps,
+        "local_batch_size": run.train_loader.batch_sampler.batch_size,
+    }
+
+
+def _should_save(run: TrainingRun, schedule: StepScheduler, preempted: bool) -> bool:
+    if not run.recipe.checkpoint.enabled:
         return False
-    interval = schedule.get("checkpoint_interval")
-    return preempted or run.step == run.max_steps or _due(run.step, interval)
+    return preempted or run.step == run.max_steps or _due(run.step, schedule.checkpoint_interval)

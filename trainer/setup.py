@@ -1,17 +1,19 @@
 """Setup of a fine-tuning run: every component, built and restored in one fixed order.
 
-`setup_run` builds the tokenizer and model, then applies infrastructure in this order:
-PEFT (which freezes the base model), fp8/QAT (refused where unavailable), load/restore of
-checkpointed weights (after PEFT, so a LoRA checkpoint finds its adapter modules; before
-sharding, so whole tensors load into plain modules), sharding and device placement
-(`trainer.parallelize`), `torch.compile` (last, so it traces the sharded modules);
-context-parallel hooks are not needed because `cp_size > 1` is refused. Then the data
-loaders, optimizer, LR scheduler and loss, and the optimizer, scheduler, data position and
-RNG of the checkpoint being resumed.
+`setup_run` takes the typed recipe as validation built it (nothing is re-derived here:
+batch sizes, gradient accumulation and the mesh come from it) and builds the tokenizer and
+model, then applies infrastructure in this order: PEFT (which freezes the base model),
+load/restore of checkpointed weights (after PEFT, so a LoRA checkpoint finds its adapter
+modules; before sharding, so whole tensors load into plain modules), sharding and device
+placement (`trainer.parallelize`), `torch.compile` (last, so it traces the sharded
+modules). fp8/QAT and context parallelism never reach here: validation refuses them. Then
+the data loaders, optimizer, LR scheduler and loss, and the optimizer, scheduler, data
+position and RNG of the checkpoint being resumed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,18 +22,20 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from jobs.recipe.typed import Checkpoint as CheckpointSpec
+from jobs.recipe.typed import Recipe, StepScheduler
 from trainer import builders
 from trainer.checkpoint import consolidate, manager
 from trainer.data.collate import Collator
-from trainer.distributed import DistEnv, Topology, build_mesh
-from trainer.errors import checkpoint_error, unsupported
+from trainer.distributed import DistEnv, Topology, build_mesh, check_launch
+from trainer.errors import checkpoint_error
 from trainer.parallelize import parallelize
 from trainer.train_state import recipe_hash, restore_rng, seed_everything
 
 
 @dataclass
 class TrainingRun:
-    recipe: dict[str, Any]
+    recipe: Recipe
     env: DistEnv
     topology: Topology
     tokenizer: Any
@@ -58,22 +62,6 @@ def architecture_of(model: nn.Module) -> str:
     return names[0] if names else type(model).__name__
 
 
-def _micro_batch_size(recipe: dict[str, Any]) -> int:
-    step = recipe.get("step_scheduler") or {}
-    return int(
-        (recipe.get("dataloader") or {}).get("batch_size") or step.get("local_batch_size") or 1
-    )
-
-
-def _grad_accumulation(recipe: dict[str, Any], micro: int, dp_size: int) -> int:
-    step = recipe.get("step_scheduler") or {}
-    if step.get("grad_accumulation_steps"):
-        return int(step["grad_accumulation_steps"])
-    if step.get("global_batch_size"):
-        return max(1, int(step["global_batch_size"]) // (micro * dp_size))
-    return 1
-
-
 def _restore_weights(model: nn.Module, ckpt: Path, is_peft: bool) -> None:
     state = manager.read_trainer_state(ckpt)
     wanted, found = architecture_of(model), state.get("architecture")
@@ -92,31 +80,36 @@ def _restore_weights(model: nn.Module, ckpt: Path, is_peft: bool) -> None:
         consolidate.load_model_weights(model, ckpt / "model")
 
 
-def _loaders(recipe, tokenizer, topology, micro, seed) -> tuple[DataLoader, DataLoader | None]:
-    train_ds = builders.build_dataset(recipe, "dataset", tokenizer)
-    val_ds = builders.build_dataset(recipe, "validation_dataset", tokenizer)
-    pad_id = tokenizer.pad_token_id if tokenizer is not None else 0
-    packed = bool(builders.packing(recipe, recipe.get("dataset") or {}))
-    sp = bool((recipe.get("distributed") or {}).get("sequence_parallel"))
-    collator = Collator(pad_id, packed=packed, pad_to_multiple_of=topology.tp_size if sp else 1)
-    common = dict(seed=seed, dp_rank=topology.dp_rank, dp_size=topology.dp_size, collator=collator)
-    train = builders.build_loader(
-        train_ds, recipe.get("dataloader") or {}, micro, train=True, **common
+def _loaders(
+    recipe: Recipe, tokenizer: Any, topology: Topology
+) -> tuple[DataLoader, DataLoader | None]:
+    packed = recipe.packed_sequence
+    train_ds = builders.build_dataset(recipe.dataset, "dataset", packed, tokenizer)
+    val_ds = builders.build_dataset(
+        recipe.validation_dataset, "validation_dataset", packed, tokenizer
     )
+    pad_id = tokenizer.pad_token_id if tokenizer is not None else 0
+    sp = recipe.topology.sequence_parallel
+    collator = Collator(
+        pad_id, packed=packed.enabled, pad_to_multiple_of=topology.tp_size if sp else 1
+    )
+    common = dict(seed=recipe.rng.seed, dp_rank=topology.dp_rank, dp_size=topology.dp_size,
+                  collator=collator)  # fmt: skip
+    train = builders.build_loader(train_ds, recipe.dataloader, train=True, **common)
     val = None
     if val_ds is not None:
-        section = recipe.get("validation_dataloader") or {}
-        val = builders.build_loader(
-            val_ds, section, int(section.get("batch_size") or micro), train=False, **common
-        )
+        val = builders.build_loader(val_ds, recipe.validation_dataloader, train=False, **common)
     return train, val
 
 
-def _max_steps(recipe: dict[str, Any], loader: DataLoader, grad_acc: int) -> int:
-    step = recipe.get("step_scheduler") or {}
-    per_epoch = max(1, len(loader.batch_sampler) // grad_acc)
-    by_epochs = per_epoch * int(step.get("num_epochs") or 1)
-    return min(int(step["max_steps"]), by_epochs) if step.get("max_steps") else by_epochs
+def steps_to_run(schedule: StepScheduler, loader: DataLoader) -> int:
+    """max_steps on its own; an explicit num_epochs also bounds it (validation's rule)."""
+    per_epoch = max(1, len(loader.batch_sampler) // schedule.grad_accumulation_steps)
+    if schedule.max_steps is None:
+        return per_epoch * int(schedule.num_epochs or 1)
+    if schedule.num_epochs is None:
+        return schedule.max_steps
+    return min(schedule.max_steps, per_epoch * schedule.num_epochs)
 
 
 @dataclass
@@ -129,46 +122,45 @@ class ModelStack:
 
 
 def build_model_stack(
-    recipe: dict[str, Any], env: DistEnv, topology: Topology, ckpt: Path | None
+    recipe: Recipe, env: DistEnv, topology: Topology, ckpt: Path | None
 ) -> ModelStack:
     """Tokenizer and model, then the infrastructure in the module docstring's order."""
     tokenizer = builders.load_tokenizer(recipe)
-    model = builders.build_model(recipe)
+    model = builders.build_model(recipe.model)
     builders.check_vocab(tokenizer, model)
     architecture = architecture_of(model)
-    check_peft_parallelism(recipe)
-    model = builders.apply_peft(model, recipe.get("peft"))  # PEFT freezes the base model
-    is_peft = recipe.get("peft") is not None
-    builders.refuse_quantization(recipe, env.device)
+    model = builders.apply_peft(model, recipe.peft)  # PEFT freezes the base model
+    is_peft = recipe.peft is not None
     if ckpt is not None:
         _restore_weights(model, ckpt, is_peft)
-    distributed = recipe.get("distributed") or {}  # sharding, device, compile
-    forward_model = parallelize(model, topology, distributed, env.device, recipe.get("compile"))
+    compile_section = dataclasses.asdict(recipe.compile)  # sharding, device, compile
+    forward_model = parallelize(
+        model, topology, recipe.topology.section(), env.device, compile_section
+    )
     forward_model.train()  # from_pretrained returns eval mode: dropout would stay off
     return ModelStack(tokenizer, model, forward_model, is_peft, architecture)
 
 
-def setup_run(recipe: dict[str, Any], run_dir: Path, env: DistEnv) -> TrainingRun:
-    rng = recipe.get("rng") or {}
-    seed = int(rng.get("seed", 42))  # the data order uses the shared seed on every rank
-    seed_everything(seed + env.rank if rng.get("ranked") else seed)
-    topology = build_mesh(env, recipe.get("distributed") or {})
-    checkpoints = _checkpoint_manager(recipe, run_dir, env)
+def setup_run(recipe: Recipe, run_dir: Path, env: DistEnv) -> TrainingRun:
+    seed = recipe.rng.seed  # the data order uses the shared seed on every rank
+    seed_everything(seed + env.rank if recipe.rng.ranked else seed)
+    check_launch(env, recipe.topology)
+    topology = build_mesh(env, recipe.topology)
+    checkpoints = _checkpoint_manager(recipe.checkpoint, run_dir, env)
     checkpoints.remove_stale_staging()
-    ckpt = checkpoints.resolve(_restore_from(recipe))
+    ckpt = checkpoints.resolve(recipe.restore_from.path if recipe.restore_from else None)
     stack = build_model_stack(recipe, env, topology, ckpt)
 
-    micro = _micro_batch_size(recipe)
-    grad_acc = _grad_accumulation(recipe, micro, topology.dp_size)
-    train_loader, val_loader = _loaders(recipe, stack.tokenizer, topology, micro, seed)
-    max_steps = _max_steps(recipe, train_loader, grad_acc)
-    optimizer = builders.build_optimizer(recipe, stack.model)
+    train_loader, val_loader = _loaders(recipe, stack.tokenizer, topology)
+    max_steps = steps_to_run(recipe.step_scheduler, train_loader)
+    optimizer = builders.build_optimizer(recipe.optimizer, stack.model)
     run = TrainingRun(
         recipe=recipe, env=env, topology=topology, tokenizer=stack.tokenizer, model=stack.model,
         forward_model=stack.forward_model, optimizer=optimizer,
-        scheduler=builders.build_lr_scheduler(recipe, optimizer, max_steps),
-        loss_fn=builders.build_loss(recipe), train_loader=train_loader, val_loader=val_loader,
-        checkpoints=checkpoints, max_steps=max_steps, grad_accumulation_steps=grad_acc,
+        scheduler=builders.build_lr_scheduler(recipe.lr_scheduler, optimizer, max_steps),
+        loss_fn=builders.build_loss(recipe.loss_fn), train_loader=train_loader,
+        val_loader=val_loader, checkpoints=checkpoints, max_steps=max_steps,
+        grad_accumulation_steps=recipe.step_scheduler.grad_accumulation_steps,
         is_peft=stack.is_peft, architecture=stack.architecture,
     )  # fmt: skip
     if ckpt is not None:
@@ -177,32 +169,12 @@ def setup_run(recipe: dict[str, Any], run_dir: Path, env: DistEnv) -> TrainingRu
 
 
 def _checkpoint_manager(
-    recipe: dict[str, Any], run_dir: Path, env: DistEnv
+    section: CheckpointSpec, run_dir: Path, env: DistEnv
 ) -> manager.CheckpointManager:
-    section = recipe.get("checkpoint") or {}
-    if (
-        section.get("model_save_format", "safetensors") != "safetensors"
-        or section.get("save_consolidated") is False
-    ):
-        raise unsupported(
-            "checkpoint.model_save_format: this trainer saves consolidated "
-            "safetensors only; set model_save_format: safetensors"
-        )
-    root = Path(section["checkpoint_dir"]) if section.get("checkpoint_dir") else None
+    root = Path(section.checkpoint_dir) if section.checkpoint_dir else None
     return manager.CheckpointManager(
-        run_dir,
-        env.is_rank0,
-        section.get("keep_last"),
-        root,
-        save_optimizer=section.get("save_optimizer", True),
+        run_dir, env.is_rank0, section.keep_last, root, save_optimizer=section.save_optimizer
     )
-
-
-def _restore_from(recipe: dict[str, Any]) -> str | None:
-    value = recipe.get("restore_from")
-    if isinstance(value, dict):
-        value = value.get("path")
-    return str(value) if value else None
 
 
 def _restore_training_state(run: TrainingRun, ckpt: Path) -> None:
@@ -221,7 +193,7 @@ def _restore_training_state(run: TrainingRun, ckpt: Path) -> None:
     if run.env.rank < len(rng):
         restore_rng(rng[run.env.rank])
     run.resumed_from = ckpt
-    run.recipe_changed = state.get("recipe_hash") != recipe_hash(run.recipe)
+    run.recipe_changed = state.get("recipe_hash") != recipe_hash(run.recipe.to_json())
 
 
 def _data_position(state: dict[str, Any], dp_size: int) -> dict[str, int]:
@@ -236,18 +208,3 @@ def _data_position(state: dict[str, Any], dp_size: int) -> dict[str, int]:
             flush=True,
         )
     return position
-
-
-def check_peft_parallelism(recipe: dict[str, Any]) -> None:
-    distributed = recipe.get("distributed") or {}
-    tp = int(distributed.get("tp_size") or 1)
-    if recipe.get("peft") is not None and tp > 1:
-        raise unsupported(
-            "peft with distributed.tp_size > 1 is not supported (LoRA layers "
-            "wrap the projections the TP plan shards); set distributed.tp_size: 1"
-        )
-    if recipe.get("peft") is not None and int(distributed.get("ep_size") or 1) > 1:
-        raise unsupported(
-            "peft with distributed.ep_size > 1 is not supported (LoRA wraps the grouped "
-            "expert tensors that expert parallelism spreads); set distributed.ep_size: 1"
-        )

@@ -13,6 +13,7 @@ packages: `PYTHONSAFEPATH=1` keeps the working directory (and a script's directo
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,10 +21,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from worker.proctree import RUN_TAG_ENV, run_tag, set_parent_death_signal
 
+RECIPE_FILE = "recipe.json"
 # The directory that holds the `trainer`, `models` and `jobs` packages beside `worker`.
 PACKAGES_ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,15 +44,18 @@ class LaunchSpec:
 
     @property
     def recipe_path(self) -> Path:
-        return self.run_dir / "recipe.yaml"
+        return self.run_dir / RECIPE_FILE
 
 
 def write_recipe(run_dir: Path, recipe: dict) -> Path:
-    """Write the normalized recipe where the trainer reads it (atomically)."""
+    """Write the stored (typed, validated) recipe where the trainer reads it, atomically.
+
+    JSON, as the database holds it: the trainer rebuilds the typed recipe from it exactly.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "recipe.yaml"
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    path = run_dir / RECIPE_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(recipe, indent=1, sort_keys=True))
     tmp.replace(path)
     return path
 

@@ -1,7 +1,7 @@
 """A stand-in for `-m trainer` that keeps the run-directory contract without torch.
 
 It lets the worker's failure catalogue be tested in a second instead of a minute: it
-reads `recipe.yaml` (`fake.steps`, `fake.step_seconds`, `fake.exit_code`, `fake.fail_at`,
+reads `recipe.json` (`fake.steps`, `fake.step_seconds`, `fake.exit_code`, `fake.fail_at`,
 `fake.crash_attempts`), resumes from `checkpoints/LATEST`, appends train records and
 lifecycle events, checkpoints every `fake.ckpt_every` steps and saves and exits 75 on
 SIGTERM, like the real trainer. Only rank 0 writes files.

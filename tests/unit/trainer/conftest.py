@@ -32,3 +32,20 @@ def single_rank_group():
     yield env
     if dist.is_initialized():
         shutdown()
+
+
+@pytest.fixture
+def one_rank_layout():
+    """The validated layout of a one-process job (`jobs.recipe.typed.Topology`), with overrides."""
+    from jobs.recipe.typed import Topology
+
+    def make(**overrides):
+        fields = dict(
+            world_size=1, nnodes=1, nproc_per_node=1, accelerator="cpu", strategy="fsdp2",
+            dp_size=1, dp_replicate_size=1, dp_shard_size=1, tp_size=1, pp_size=1, cp_size=1,
+            ep_size=1, mesh_shape={"dp_shard": 1, "tp": 1}, sequence_parallel=False,
+            activation_checkpointing=False, options={},
+        )  # fmt: skip
+        return Topology(**{**fields, **overrides})
+
+    return make

@@ -1,4 +1,4 @@
-"""Builders: the allowlist table matches the real signatures, refusals are recipe errors."""
+"""Builders: the allowlist table matches the real signatures; a callable refusing is a recipe error."""
 
 from __future__ import annotations
 
@@ -9,15 +9,8 @@ import torch
 
 from jobs.recipe.exit_codes import ExitCode
 from jobs.recipe.targets import TARGETS, load_callable
-from trainer.builders import refuse_quantization
+from jobs.recipe.typed import TargetCall
 from trainer.errors import TrainerError
-
-
-@pytest.mark.parametrize("section", ["fp8", "qat"])
-def test_quantization_is_refused_on_cpu(section: str) -> None:
-    with pytest.raises(TrainerError) as info:
-        refuse_quantization({section: {"enabled": True}}, torch.device("cpu"))
-    assert info.value.exit_code == ExitCode.UNSUPPORTED and section in info.value.message
 
 
 def _specs(trainer_only: bool):
@@ -61,6 +54,7 @@ def test_a_callable_refusing_its_arguments_is_a_recipe_error() -> None:
 
     params = [torch.nn.Parameter(torch.zeros(1))]
     with pytest.raises(TrainerError) as info:
-        build_target({"_target_": "torch.optim.AdamW", "lr": -1.0}, "optimizer", params=params)
+        call = TargetCall("torch.optim.AdamW", {"lr": -1.0})
+        build_target(call, "optimizer", params=params)
     assert info.value.exit_code == ExitCode.INVALID_RECIPE
     assert info.value.message.startswith("optimizer: ") and "learning rate" in info.value.message

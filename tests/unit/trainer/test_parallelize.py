@@ -68,7 +68,7 @@ def plugin_row():
     registry._REGISTRY.pop(entry.architecture)
 
 
-def test_fsdp_units_come_from_the_rows_plan(plugin_row, single_rank_group):
+def test_fsdp_units_come_from_the_rows_plan(plugin_row, single_rank_group, one_rank_layout):
     from torch.distributed.fsdp import FSDPModule
 
     from trainer.distributed import build_mesh
@@ -76,7 +76,7 @@ def test_fsdp_units_come_from_the_rows_plan(plugin_row, single_rank_group):
 
     model = PluginLlama(tiny_llama_config())
     distributed = {"strategy": "fsdp2", "activation_checkpointing": True}
-    topology = build_mesh(single_rank_group, distributed)
+    topology = build_mesh(single_rank_group, one_rank_layout(activation_checkpointing=True))
     parallelize(model, topology, distributed, torch.device("cpu"), None)
     first, second = model.model.layers
     assert isinstance(first, FSDPModule) and not isinstance(second, FSDPModule)
@@ -96,11 +96,13 @@ def test_tp_refusal_comes_from_the_rows_plan(plugin_row):
         parallelize(model, topology, {"tp_size": 2}, torch.device("cpu"), None)
 
 
-def test_a_model_without_decoder_layers_is_refused_as_a_user_error(single_rank_group):
+def test_a_model_without_decoder_layers_is_refused_as_a_user_error(
+    single_rank_group, one_rank_layout
+):
     from trainer.distributed import build_mesh
     from trainer.errors import TrainerError
     from trainer.parallelize import parallelize
 
-    topology = build_mesh(single_rank_group, {"strategy": "fsdp2"})
+    topology = build_mesh(single_rank_group, one_rank_layout())
     with pytest.raises(TrainerError, match="no `layers` ModuleList"):
         parallelize(nn.Linear(2, 2), topology, {}, torch.device("cpu"), None)

@@ -1,29 +1,40 @@
-"""Run setup: PEFT with tensor or expert parallelism is refused, the data position rescales with dp."""
+"""Run setup: the steps a run takes follow validation's rule, the data position rescales with dp."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from jobs.recipe.exit_codes import ExitCode
-from trainer.errors import TrainerError
+from jobs.recipe.typed import StepScheduler
+from trainer.setup import _data_position, steps_to_run
 
 
-def test_peft_with_tensor_parallel_is_refused() -> None:
-    from trainer.setup import check_peft_parallelism
+def schedule(max_steps, num_epochs, grad_acc=1) -> StepScheduler:
+    return StepScheduler(max_steps, num_epochs, 8, 4, grad_acc, None, None, 1)
 
-    with pytest.raises(TrainerError) as info:
-        check_peft_parallelism({"peft": {"dim": 8}, "distributed": {"tp_size": 2}})
-    assert info.value.exit_code == ExitCode.UNSUPPORTED and "tp_size" in info.value.message
-    check_peft_parallelism({"peft": {"dim": 8}, "distributed": {"tp_size": 1}})
-    with pytest.raises(TrainerError) as info:
-        check_peft_parallelism({"peft": {"dim": 8}, "distributed": {"ep_size": 2}})
-    assert info.value.exit_code == ExitCode.UNSUPPORTED and "ep_size" in info.value.message
-    check_peft_parallelism({"distributed": {"ep_size": 2}})
+
+def loader(batches: int):
+    return SimpleNamespace(batch_sampler=range(batches))
+
+
+@pytest.mark.parametrize(
+    ("max_steps", "num_epochs", "grad_acc", "expected"),
+    [
+        (60, None, 1, 60),  # max_steps alone: honoured across epochs (45 batches per epoch)
+        (60, 1, 1, 45),  # an explicit num_epochs bounds it
+        (30, 2, 1, 30),
+        (None, 2, 1, 90),  # epochs alone
+        (None, 3, 3, 45),  # 15 optimizer steps per epoch with 3 micro-batches each
+    ],
+)
+def test_max_steps_is_honoured_and_num_epochs_bounds_only_when_given(
+    max_steps, num_epochs, grad_acc, expected
+):
+    assert steps_to_run(schedule(max_steps, num_epochs, grad_acc), loader(45)) == expected
 
 
 def test_data_position_is_rescaled_when_dp_size_changes() -> None:
-    from trainer.setup import _data_position
-
     state = {"data": {"epoch": 1, "batches_done": 6}, "dp_size": 2}
     assert _data_position(state, 2) == {"epoch": 1, "batches_done": 6}
     assert _data_position(state, 4) == {"epoch": 1, "batches_done": 3}

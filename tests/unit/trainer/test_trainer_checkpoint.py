@@ -22,7 +22,7 @@ def _tiny_model(tiny_dir: Path):
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_fsdp2_consolidated_checkpoint_gives_the_same_logits(
-    tiny_dir: Path, tmp_path: Path, single_rank_group, tied: bool
+    tiny_dir: Path, tmp_path: Path, single_rank_group, tied: bool, one_rank_layout
 ) -> None:
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
@@ -33,7 +33,7 @@ def test_fsdp2_consolidated_checkpoint_gives_the_same_logits(
     torch.manual_seed(0)
     tied_model = LlamaForCausalLM(tiny_llama_config(tie_word_embeddings=True))
     model = tied_model if tied else _tiny_model(tiny_dir)
-    topology = build_mesh(single_rank_group, {"strategy": "fsdp2"})
+    topology = build_mesh(single_rank_group, one_rank_layout())
     parallelize(model, topology, {"strategy": "fsdp2"}, torch.device("cpu"), None)
     ids = torch.randint(0, 512, (2, 9))
     with torch.no_grad():

@@ -167,11 +167,13 @@ def test_sampler_partitions_ranks_and_resumes_mid_epoch() -> None:
 
 
 def test_starting_a_loader_does_not_draw_from_the_global_rng() -> None:
+    from jobs.recipe.typed import DataLoader as LoaderSpec
     from trainer.builders import build_loader
 
     samples = [{"input_ids": [1, 2, 3], "loss_mask": [1, 1, 1]}] * 8
+    spec = LoaderSpec(2, 0, True, False, False, False, None)
     loader = build_loader(
-        samples, {}, 2, seed=0, dp_rank=0, dp_size=1, collator=Collator(0), train=True
+        samples, spec, seed=0, dp_rank=0, dp_size=1, collator=Collator(0), train=True
     )
     torch.manual_seed(123)
     before = torch.get_rng_state()

@@ -14,7 +14,7 @@ def test_single_node_command_is_standalone(tmp_path: Path):
     cmd = build_command(spec)
     assert "--standalone" in cmd and "--rdzv-backend" not in cmd
     assert cmd[cmd.index("--nproc_per_node") + 1] == "2"
-    assert cmd[-5:] == ["trainer", "--recipe", str(tmp_path / "recipe.yaml"), "--run-dir",
+    assert cmd[-5:] == ["trainer", "--recipe", str(tmp_path / "recipe.json"), "--run-dir",
                         str(tmp_path)]  # fmt: skip
 
 
@@ -54,8 +54,10 @@ def test_env_keeps_the_run_directory_off_sys_path(tmp_path: Path):
     assert (PACKAGES_ROOT / "trainer" / "__main__.py").exists()
 
 
-def test_write_recipe_is_yaml(tmp_path: Path):
-    import yaml
+def test_write_recipe_is_the_stored_json(tmp_path: Path):
+    import json
 
     path = write_recipe(tmp_path / "run", {"step_scheduler": {"max_steps": 3}})
-    assert yaml.safe_load(path.read_text()) == {"step_scheduler": {"max_steps": 3}}
+    assert path.name == "recipe.json" and json.loads(path.read_text()) == {
+        "step_scheduler": {"max_steps": 3}
+    }
