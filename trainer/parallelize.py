@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 from models import hooks
 from models.common.parallelize import ParallelPlan
 from trainer.distributed import Topology
-from trainer.errors import unsupported
+from trainer.errors import data_error, unsupported
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -70,7 +70,11 @@ def apply_activation_checkpointing(model: nn.Module, plan: ParallelPlan, mode: A
     try:
         container = plan.decoder_layer_list(model)
     except ValueError as exc:
-        raise unsupported(f"distributed.activation_checkpointing: {exc}") from None
+        # the checkpoint's structure, which the recipe cannot show: a data error
+        raise data_error(
+            f"model: {exc}; activation checkpointing wraps decoder layers, so set "
+            "distributed.activation_checkpointing: false for this model"
+        ) from None
     for index in range(0, len(container), every):
         container[index] = checkpoint_wrapper(container[index], preserve_rng_state=True)
 
@@ -111,7 +115,9 @@ def apply_fsdp2(
     try:
         units = plan.fsdp_units(model)
     except ValueError as exc:
-        raise unsupported(f"distributed.strategy fsdp2: {exc}") from None
+        raise data_error(
+            f"model: {exc}; FSDP2 shards per decoder layer, so use distributed.strategy: ddp"
+        ) from None
     for unit in units:
         fully_shard(unit, **options)
     fully_shard(model, **options)
