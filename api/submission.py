@@ -131,6 +131,21 @@ def check_request(
     return Validated(result.recipe, result.plan, resources, queue_for(resources))
 
 
+def replayed_job(
+    session: Session, principal: Principal, idempotency_key: str | None, body: JobCreate
+) -> Job | None:
+    """The job a retried submit already created; IdempotencyConflict for another body."""
+    if not idempotency_key:
+        return None
+    existing = store.find_by_idempotency_key(session, principal.project_id, idempotency_key)
+    session.commit()  # end the read: validation may follow and must not hold a connection
+    if existing is None:
+        return None
+    if existing.request_hash != store.request_hash(body.model_dump(mode="json")):
+        raise store.IdempotencyConflict(existing)
+    return existing
+
+
 def new_job(body: JobCreate, checked: Validated, idempotency_key: str | None) -> store.NewJob:
     spec = body.model_dump(mode="json")
     return store.NewJob(

@@ -21,7 +21,7 @@ from api.schemas import (
     ValidateOut,
     ValidationErrors,
 )
-from api.submission import check_request, enqueue, new_job
+from api.submission import check_request, enqueue, new_job, replayed_job
 from jobs.orchestration.states import IllegalTransition, available_controls, request_control
 from jobs.recipe.errors import FieldError
 from jobs.store import queries as store
@@ -92,7 +92,18 @@ def create_job(
                description="Retry-safe submission: the same key and body return the same job."),
     ] = None,
 ) -> JobPublic:  # fmt: skip
-    """Validate everything, store the job, then queue it. Nothing is stored when invalid."""
+    """Validate everything, store the job, then queue it. Nothing is stored when invalid.
+
+    A retry with a known Idempotency-Key and the same body answers the stored job first,
+    without validating again: a job accepted once stays accepted (its data may have moved).
+    """
+    try:
+        replayed = replayed_job(session, principal, idempotency_key, body)
+    except store.IdempotencyConflict as exc:
+        raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
+    if replayed is not None:
+        response.status_code = 200
+        return job_public(replayed, principal.project_name)
     checked = check_request(body, settings, principal, session)
     try:
         job, created = store.create_job(

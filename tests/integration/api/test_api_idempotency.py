@@ -31,6 +31,27 @@ def test_same_key_other_body_is_409(client, stack, body) -> None:
     assert error["code"] == "idempotency_conflict" and error["job_id"] == first.json()["id"]
 
 
+def test_a_replay_answers_the_stored_job_before_validating_again(client, stack, body, data_root):
+    """The data a job was accepted with moved away: a new submit is refused, the retry is not."""
+    import shutil
+
+    moved = data_root / f"squad-{uuid.uuid4().hex[:6]}"
+    shutil.copytree(data_root / "squad", moved)
+    body["recipe"]["dataset"]["path_or_dataset"] = str(moved)
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    first = client.post("/v1/jobs", json=body, headers={**stack.headers(), **key})
+    assert first.status_code == 201, first.text
+    shutil.rmtree(moved)
+    fresh = client.post("/v1/jobs", json=body, headers=stack.headers())
+    assert (
+        fresh.status_code == 422 and fresh.json()["errors"][0]["loc"] == "dataset.path_or_dataset"
+    )
+    again = client.post("/v1/jobs", json=body, headers={**stack.headers(), **key})
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    body["priority"] = 9  # a changed body under the same key is still a conflict, not a 422
+    assert client.post("/v1/jobs", json=body, headers={**stack.headers(), **key}).status_code == 409
+
+
 def test_keys_are_per_project(client, stack, body) -> None:
     key = {"Idempotency-Key": uuid.uuid4().hex}
     mine = client.post("/v1/jobs", json=body, headers={**stack.headers(), **key})
