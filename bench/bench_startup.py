@@ -1,7 +1,8 @@
 """Start-up: from the `torchrun` launch to the first finished optimizer step, tuneyard's
 trainer vs a Hugging Face `Trainer` + peft script, on SmolLM2-135M with LoRA and the same data.
 
-Both run under `torchrun --standalone --nproc_per_node 1` on the CPU, one after the other,
+The tuneyard recipe is validated in this process and written as the worker writes it
+(`recipe.json`); then both run under `torchrun --standalone --nproc_per_node 1` on the CPU,
 alternating for `--rounds` rounds. The trainer's time is the `timestamp` of its first train
 record in metrics.jsonl; the baseline's is written by a callback at the end of its step 1.
 Prints each round and the medians: `tuneyard - hf` in seconds (the target is <= 2 s).
@@ -21,8 +22,6 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -100,11 +99,18 @@ def run_tuneyard(work: Path, model: Path, data: Path, env: dict[str, str]) -> fl
         "checkpoint": {"enabled": False},
         "distributed": {"strategy": "ddp"},
     }  # fmt: skip
+    from jobs.recipe.settings import RecipeSettings
+    from jobs.recipe.validation import validate_job
+    from worker.launcher import write_recipe
+
+    # As the service runs it: validated at submit, stored, written as recipe.json by the worker.
+    roots = RecipeSettings(data_roots=env["TUNEYARD_DATA_ROOTS"], checkpoint_roots=str(work))
+    result = validate_job(recipe, settings=roots)
+    assert result.valid, result.errors
     run_dir = Path(tempfile.mkdtemp(dir=work))
-    (run_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    path = write_recipe(run_dir, result.recipe)
     started = time.time()
-    cmd = torchrun("-m", "trainer", "--recipe", str(run_dir / "recipe.yaml"), "--run-dir",
-                   str(run_dir))  # fmt: skip
+    cmd = torchrun("-m", "trainer", "--recipe", str(path), "--run-dir", str(run_dir))
     with subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL) as proc:
         first = wait_for(proc, lambda: first_train_timestamp(run_dir))
         proc.wait()

@@ -5,7 +5,7 @@ Contract (the rest of tuneyard relies on these, and only these):
   (`cpu`, `gpu-1`, `gpu-8`); `jobs.broker.enqueue_job` sends it. The message is a hint:
   `jobs.orchestration.claims.claim_job` decides in the database who runs an attempt, and the attempt
   number fences every later write (`worker.supervisor`, `worker.settle`).
-- Per attempt the worker writes `<runs_dir>/<job>/recipe.yaml`, starts
+- Per attempt the worker writes `<runs_dir>/<job>/recipe.json`, starts
   `torchrun ... -m trainer --recipe ... --run-dir ...` (`worker.launcher`), ingests
   `metrics.jsonl`, `events.jsonl` and stdout/stderr within a second (`jobs.store.ingest`), obeys
   `cancelling` / `pausing` within the poll interval, and reports the attempt's outcome;

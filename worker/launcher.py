@@ -1,6 +1,6 @@
 """Starting a job attempt: the run directory, the `torchrun` command and its environment.
 
-The worker never imports torch; it writes the normalized recipe to `<run_dir>/recipe.yaml`
+The worker never imports torch; it writes the stored typed recipe to `<run_dir>/recipe.json`
 and starts `torchrun ... -m trainer --recipe ... --run-dir ...` as a subprocess in a
 session of its own, tagged (see `worker.proctree`) so every rank can be found and stopped,
 with a parent-death signal so a killed worker does not leave training running unsupervised.

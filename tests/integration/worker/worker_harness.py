@@ -176,7 +176,7 @@ def insert_job(
     """Store a queued job and send it to the broker after the commit, as the API does."""
     from jobs.broker import enqueue_job
     from jobs.store.engine import session_scope
-    from jobs.store.leases import mark_dispatched
+    from jobs.store.queries import mark_dispatched
     from jobs.store.tables import Job
 
     resources = {"nnodes": nnodes, "nproc_per_node": nproc, "accelerator": "cpu"}

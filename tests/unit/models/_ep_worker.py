@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from gloo_cases import run_cases
+from layouts import layout
 from torch.distributed.tensor import DTensor
 
 
@@ -92,7 +93,7 @@ def check_trainer() -> None:
     ref_logits, _, ref_grads, total = reference_grads(reference, data, 1.0)
     env = DistEnv(rank, 2, rank, 2, torch.device("cpu"))
     distributed = {"strategy": "fsdp2", "ep_size": 2}
-    topology = build_mesh(env, distributed)
+    topology = build_mesh(env, layout(distributed, 2))
     assert topology.ep_size == 2 and topology.dp_size == 2
     model = parallelize(ep_model, topology, distributed, env.device, None)
     logits = model(input_ids=data[rank]).logits

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from gloo_cases import run_cases
+from layouts import layout
 
 
 def build(backend: str, tied: bool) -> torch.nn.Module:
@@ -105,7 +106,8 @@ def check_trainer_tp(family: str, backend: str, sequence_parallel: bool, tied: b
     rank = dist.get_rank()
     env = DistEnv(rank, 2, rank, 2, torch.device("cpu"))
     distributed = {"strategy": "fsdp2", "tp_size": 2, "sequence_parallel": sequence_parallel}
-    model = parallelize(sharded, build_mesh(env, distributed), distributed, env.device, None)
+    topology = build_mesh(env, layout(distributed, 2))
+    model = parallelize(sharded, topology, distributed, env.device, None)
     torch.manual_seed(1)
     ids = torch.randint(1, 512, (2, 16))
     ref_out, out = reference(input_ids=ids, labels=ids), model(input_ids=ids, labels=ids)

@@ -27,7 +27,8 @@ def _free_port() -> int:
 
 def assert_cases_pass_on_two_ranks(worker: Path, cases: list[str], tmp_path: Path) -> None:
     out, port = tmp_path / "result", str(_free_port())
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}{worker.parent}"}
+    paths = os.pathsep.join([str(ROOT), str(worker.parent), str(ROOT / "tests")])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": paths}
     procs = [
         subprocess.Popen(
             [sys.executable, str(worker), str(rank), "2", port, str(out), *cases], env=env, cwd=ROOT

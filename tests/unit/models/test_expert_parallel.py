@@ -39,13 +39,13 @@ def test_ep_reasons_name_the_problem():
     ("distributed", "world"),
     [({"ep_size": 2, "tp_size": 2}, 4), ({"ep_size": 2}, 4), ({"ep_size": 2}, 1)],
 )
-def test_trainer_refuses_ep_not_spanning_the_dp_ranks(distributed, world):
-    from trainer.distributed import _expert_parallel_size
-    from trainer.errors import TrainerError
+def test_ep_not_spanning_the_dp_ranks_is_refused_at_submit(distributed, world):
+    from jobs.recipe.trainer_support import check_trainer_support
 
     tp = int(distributed.get("tp_size", 1))
-    with pytest.raises(TrainerError, match="ep_size must equal the data-parallel size"):
-        _expert_parallel_size(distributed, world // tp, tp, 1)
+    section = {"strategy": "fsdp2", "dp_size": world // tp, **distributed}
+    [error] = check_trainer_support({"distributed": section}, "cpu")
+    assert error.loc == "distributed.ep_size" and "must equal dp_size" in error.msg
 
 
 @pytest.mark.parametrize(
