@@ -15,7 +15,7 @@ from jobs.store.tables import Job, Worker, utcnow
 
 
 def _claim(job_id: str, worker: str, lease: float = 30.0):
-    from jobs.store.leases import claim_job
+    from jobs.orchestration.claims import claim_job
 
     with session_scope() as session:
         return claim_job(session, job_id, worker, lease, f"/tmp/runs/{job_id}")
@@ -198,7 +198,7 @@ def test_bulk_copy_path_is_idempotent_and_fenced_by_attempt(project_id):
 def test_a_pause_and_resume_spend_no_retry(project_id):
     """`attempt` counts claims; only failed attempts count against max_attempts."""
     from jobs.orchestration.states import transition
-    from worker.settle import retry_or_fail
+    from jobs.orchestration.policy import retry_or_fail
 
     job_id = insert_job(project_id, {}, max_attempts=2, dispatch=False)
     _claim(job_id, "w1")
