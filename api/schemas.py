@@ -94,6 +94,9 @@ class JobPublic(BaseModel):
     name: str
     project: str
     status: JobStatus
+    terminal: bool = Field(
+        description="The status never changes again (succeeded, failed, cancelled)."
+    )
     queue: str
     priority: int
     labels: dict[str, Any]

@@ -26,7 +26,7 @@ from jobs.orchestration.states import IllegalTransition, available_controls, req
 from jobs.recipe.errors import FieldError
 from jobs.store import queries as store
 from jobs.store.api_keys import Principal
-from jobs.store.status import JobStatus
+from jobs.store.status import JobStatus, is_terminal
 from jobs.store.tables import Job
 
 router = APIRouter(prefix="/v1", tags=["jobs"], route_class=ReleasingRoute)
@@ -49,6 +49,7 @@ CONFLICT: dict[int | str, dict[str, Any]] = {
 def job_public(job: Job, project: str, latest: dict[str, Any] | None = None) -> JobPublic:
     return JobPublic(
         id=job.id, name=job.name, project=project, status=JobStatus(job.status),
+        terminal=is_terminal(job.status),
         queue=job.queue, priority=job.priority, labels=job.labels or {}, attempt=job.attempt,
         max_attempts=job.max_attempts, resources=job.resources or {},
         overrides=list((job.spec or {}).get("overrides") or []), recipe=job.recipe or {},

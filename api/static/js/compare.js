@@ -2,7 +2,7 @@
 
 import { api, itemsOf } from "./api.js";
 import { LineChart, PALETTE } from "./chart.js";
-import { esc, every, stateBadge, TERMINAL } from "./util.js";
+import { esc, every, stateBadge } from "./util.js";
 
 const MAX_POINTS = 600;
 
@@ -37,7 +37,7 @@ export function renderCompare(view) {
     if (cache.get(id)?.final) return;
     const [train, val] = await Promise.all(["train", "val"].map((kind) =>
       api(`/v1/jobs/${id}/metrics`, { query: { kind, max_points: MAX_POINTS } }).then(itemsOf)));
-    cache.set(id, { train, val, final: job ? TERMINAL.has(job.status) : false });
+    cache.set(id, { train, val, final: job ? job.terminal : false });
   };
   const refresh = async () => {
     jobs = itemsOf(await api("/v1/jobs", { query: { limit: 100 } }));

@@ -3,7 +3,7 @@
 
 import { api, ApiError, itemsOf } from "./api.js";
 import { formatNumber, LineChart } from "./chart.js";
-import { bytes, clock, esc, every, flash, stateBadge, TERMINAL } from "./util.js";
+import { bytes, clock, esc, every, flash, stateBadge } from "./util.js";
 
 const MAX_POINTS = 800; // history is fetched downsampled to this; live points are appended
 const CHARTS = [
@@ -56,10 +56,10 @@ export function renderJob(view, jobId) {
   });
   const stops = [
     every(2000, async () => {
-      if (state.job && TERMINAL.has(state.job.status) && state.finalDrawn) return;
+      if (state.job && state.job.terminal && state.finalDrawn) return;
       await pollJob();
       await pollMetrics();
-      if (state.job && TERMINAL.has(state.job.status)) state.finalDrawn = true;
+      if (state.job && state.job.terminal) state.finalDrawn = true;
     }),
     every(3000, pollLogs),
   ];
@@ -164,12 +164,7 @@ function stepAt(train, when) {
 function drawHeader(view, job) {
   view.querySelector("#job-name").textContent = job.name || job.id;
   view.querySelector("#job-state").innerHTML = stateBadge(job.status);
-  const s = job.status;
-  const allowed = job.actions || [
-    ...(TERMINAL.has(s) || s === "cancelling" ? [] : ["cancel"]),
-    ...(["queued", "starting", "running", "retrying"].includes(s) ? ["pause"] : []),
-    ...(s === "paused" ? ["resume"] : []),
-  ];
+  const allowed = job.actions || []; // the server decides what may be asked now
   for (const verb of ["cancel", "pause", "resume"]) view.querySelector(`#btn-${verb}`).disabled = !allowed.includes(verb);
   const plan = job.plan || {};
   const res = job.resources || {};

@@ -4,8 +4,11 @@ import { api, itemsOf } from "./api.js";
 import { formatNumber } from "./chart.js";
 import { age, esc, every, progressOf, stateBadge } from "./util.js";
 
-const STATES = ["", "queued", "starting", "running", "pausing", "paused", "retrying",
-  "cancelling", "cancelled", "succeeded", "failed"];
+// The statuses come from the server's own definition (JobStatus in the OpenAPI schema).
+async function jobStatuses() {
+  const spec = await (await fetch("/openapi.json")).json();
+  return spec.components.schemas.JobStatus.enum;
+}
 
 export function renderJobs(view) {
   const params = new URLSearchParams(location.search);
@@ -13,8 +16,7 @@ export function renderJobs(view) {
     <div class="panel">
       <div class="row" style="margin-bottom:10px">
         <h1>Jobs</h1><span class="spacer"></span>
-        <label>State <select id="state-filter">${STATES.map((s) =>
-          `<option value="${s}">${s || "all"}</option>`).join("")}</select></label>
+        <label>State <select id="state-filter"><option value="">all</option></select></label>
         <a class="button" href="/compare" data-link id="compare-selected">Compare selected</a>
         <a class="button primary" href="/submit" data-link style="color:#fff">New job</a>
       </div>
@@ -24,7 +26,11 @@ export function renderJobs(view) {
         or run <code>tuneyard demo</code>.</p>
     </div>`;
   const filter = view.querySelector("#state-filter");
-  filter.value = params.get("status") || "";
+  jobStatuses().then((statuses) => {
+    filter.insertAdjacentHTML("beforeend",
+      statuses.map((s) => `<option value="${esc(s)}">${esc(s)}</option>`).join(""));
+    filter.value = params.get("status") || "";
+  });
   const selected = new Set();
   const tbody = view.querySelector("tbody");
   const compare = view.querySelector("#compare-selected");

@@ -42,7 +42,6 @@ export function stateBadge(status) {
   return `<span class="state ${esc(status)}" data-state="${esc(status)}">${esc(status)}</span>`;
 }
 
-export const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 
 // (latest step, max_steps, latest loss) from the job's summary.
 export function progressOf(job) {
