@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from jobs.recipe.exit_codes import ExitCode
 from jobs.recipe.typed import StepScheduler
-from trainer.checkpoint import consolidate, manager
+from trainer.checkpoint import hf_export, manager
 from trainer.distributed import all_reduce_sum
 from trainer.errors import TrainerError
 from trainer.loss import token_loss_sum
@@ -118,12 +118,7 @@ def validate(run: TrainingRun) -> tuple[float, int]:
 
 def save_checkpoint(run: TrainingRun, log: RunLog, last_record: dict[str, Any]) -> None:
     staging = run.checkpoints.begin(run.step)
-    if run.is_peft:
-        consolidate.save_lora_adapter(run.model, staging / "model", run.env.is_rank0)
-    else:
-        consolidate.save_consolidated_model(run.model, staging / "model", run.env.is_rank0)
-    if run.env.is_rank0 and run.tokenizer is not None:
-        run.tokenizer.save_pretrained(str(staging / "model"))
+    hf_export.save_model_dir(run, staging)
     if run.checkpoints.save_optimizer:
         manager.save_optimizer(run.model, run.optimizer, run.scheduler, staging / "optim")
     state = {

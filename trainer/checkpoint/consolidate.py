@@ -4,15 +4,17 @@
 `model.safetensors.index.json`), `config.json` and `generation_config.json`: a directory
 `transformers` loads as is. Every rank walks the state dict in the same order; a DTensor
 is gathered with `full_tensor()` (a collective, so all ranks take part), rank 0 writes its
-bytes and drops it. No rank ever holds a full copy of the model. `save_lora_adapter`
-writes a PEFT adapter (`adapter_model.safetensors` + `adapter_config.json`) the same way,
-gathering only the adapter's tensors. `load_model_weights` copies a consolidated
+bytes and drops it. No rank ever holds a full copy of the model. `save_lora_base_model`
+writes the frozen base under a PEFT model the same way (LoRA tensors left out, names
+unwrapped). `save_lora_adapter` writes a PEFT adapter (`adapter_model.safetensors` +
+`adapter_config.json` naming its base model), gathering only the adapter's tensors. `load_model_weights` copies a consolidated
 checkpoint back into an unsharded model, tensor by tensor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import copy
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +40,15 @@ from trainer.errors import checkpoint_error
 DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
 
 
-def _unique_state(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+Rename = Callable[[str], str | None]
+
+
+def _unique_state(model: nn.Module, rename: Rename | None = None) -> list[tuple[str, torch.Tensor]]:
     """State dict entries with tied tensors kept once (the first name, as transformers does).
 
     Ties are read from the module tree (the same Parameter under two names), because a
-    sharded model's `state_dict()` returns fresh DTensor objects for each name.
+    sharded model's `state_dict()` returns fresh DTensor objects for each name. `rename`
+    maps each kept name to the one written, or to None to leave the tensor out.
     """
     first_name: dict[int, str] = {}
     duplicates: set[str] = set()
@@ -56,7 +62,10 @@ def _unique_state(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
             duplicates.add(name)
         else:
             first_name[id(tensor)] = name
-    return [(n, t) for n, t in model.state_dict().items() if n not in duplicates]
+    items = [(n, t) for n, t in model.state_dict().items() if n not in duplicates]
+    if rename is None:
+        return items
+    return [(new, t) for n, t in items if (new := rename(n)) is not None]
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
@@ -82,10 +91,19 @@ def _hf_layout(
 
 
 def save_consolidated_model(
-    model: nn.Module, out_dir: Path, is_rank0: bool, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+    model: nn.Module,
+    out_dir: Path,
+    is_rank0: bool,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    generation_config: Any = None,
+    rename: Rename | None = None,
 ) -> None:
-    """Write `model` (plain, DDP-unwrapped, FSDP2 or TP) as a Hugging Face directory."""
-    items = _unique_state(model)
+    """Write `model` (plain, DDP-unwrapped, FSDP2 or TP) as a Hugging Face directory.
+
+    `generation_config` is written as `generation_config.json`; without one, the model's
+    own, else one derived from its config (so `GenerationConfig.from_pretrained` works).
+    """
+    items = _unique_state(model, rename)
     entries, source = _hf_layout(model, items)
     shards = plan_shards(entries, max_shard_bytes)
     tensors = dict(items)
@@ -106,10 +124,12 @@ def save_consolidated_model(
             writer.close()
     if is_rank0:
         write_index(out_dir, shards)
-        _write_config(model, out_dir, entries)
+        _write_config(model, out_dir, entries, generation_config)
 
 
-def _write_config(model: nn.Module, out_dir: Path, entries: list[TensorEntry]) -> None:
+def _write_config(
+    model: nn.Module, out_dir: Path, entries: list[TensorEntry], generation: Any
+) -> None:
     config = getattr(model, "config", None)
     if config is None:
         return
@@ -117,13 +137,39 @@ def _write_config(model: nn.Module, out_dir: Path, entries: list[TensorEntry]) -
     if float_dtypes:
         config.dtype = float_dtypes[0]
     config.save_pretrained(out_dir)
-    generation = getattr(model, "generation_config", None)
-    if generation is not None:
-        generation.save_pretrained(out_dir)
+    generation = generation or getattr(model, "generation_config", None)
+    if generation is None:  # native classes carry none; derive it as transformers does
+        from transformers import GenerationConfig
+
+        generation = GenerationConfig.from_model_config(config)
+    generation.save_pretrained(out_dir)
 
 
-def save_lora_adapter(peft_model: nn.Module, out_dir: Path, is_rank0: bool) -> None:
-    """A PEFT adapter dir from a (possibly sharded) PeftModel; gathers adapter tensors only."""
+def _lora_base_name(name: str) -> str | None:
+    """The base model's own name for a tensor of a LoRA-wrapped model; None for LoRA's."""
+    if "lora_" in name or ".modules_to_save." in name:
+        return None
+    return name.replace(".base_layer.", ".").replace(".original_module.", ".")
+
+
+def save_lora_base_model(
+    peft_model: nn.Module, out_dir: Path, is_rank0: bool, generation_config: Any = None
+) -> None:
+    """The frozen base under a PEFT model, as a Hugging Face directory without LoRA tensors."""
+    base = peft_model.get_base_model()
+    save_consolidated_model(
+        base, out_dir, is_rank0, generation_config=generation_config, rename=_lora_base_name
+    )
+
+
+def save_lora_adapter(
+    peft_model: nn.Module, out_dir: Path, is_rank0: bool, base_model: str | None = None
+) -> None:
+    """A PEFT adapter dir from a (possibly sharded) PeftModel; gathers adapter tensors only.
+
+    `base_model` is written as `base_model_name_or_path`, the model
+    `AutoPeftModelForCausalLM` loads under the adapter.
+    """
     from peft import get_peft_model_state_dict
 
     gathered: dict[str, torch.Tensor] = {}
@@ -138,7 +184,9 @@ def save_lora_adapter(peft_model: nn.Module, out_dir: Path, is_rank0: bool) -> N
     adapter = get_peft_model_state_dict(peft_model, state_dict=gathered)
     entries = [TensorEntry.of(name, tensor) for name, tensor in adapter.items()]
     write_file(out_dir / "adapter_model.safetensors", entries, adapter.items())
-    peft_model.peft_config["default"].save_pretrained(str(out_dir))
+    config = copy.copy(peft_model.peft_config["default"])  # the live model's stays untouched
+    config.base_model_name_or_path = base_model or config.base_model_name_or_path
+    config.save_pretrained(str(out_dir))
 
 
 def _checkpoint_tensors(model: nn.Module, directory: Path) -> Iterator[tuple[str, torch.Tensor]]:

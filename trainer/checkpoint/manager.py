@@ -91,6 +91,10 @@ class CheckpointManager:
     def staging_dir(self, step: int) -> Path:
         return self.root / f"{STAGING_PREFIX}step_{step}"
 
+    def final_dir(self, step: int) -> Path:
+        """Where the checkpoint of `step` lives once published."""
+        return self.root / f"step_{step}"
+
     def begin(self, step: int) -> Path:
         staging = self.staging_dir(step)
         if self.is_rank0:
@@ -101,7 +105,7 @@ class CheckpointManager:
 
     def publish(self, step: int, trainer_state: dict[str, Any]) -> Path:
         """Write trainer_state.json, fsync, rename, move LATEST, prune. Rank 0 does the I/O."""
-        staging, final = self.staging_dir(step), self.root / f"step_{step}"
+        staging, final = self.staging_dir(step), self.final_dir(step)
         barrier()  # every rank has written its optimizer shard
         if self.is_rank0:
             (staging / STATE_FILE).write_text(json.dumps(trainer_state, indent=1))

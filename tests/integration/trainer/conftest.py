@@ -49,3 +49,12 @@ def run_main(assets: Assets, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
 
     yield run
     get_settings.cache_clear()
+
+
+@pytest.fixture
+def offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE=1 for code that already imported huggingface_hub: no download possible."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
