@@ -1,6 +1,11 @@
-"""LoRA under FSDP2 on 2 ranks: the checkpoint is a PEFT adapter that peft loads as is."""
+"""LoRA under FSDP2 on 2 ranks: the checkpoint is a PEFT adapter that peft loads as is.
+
+`AutoPeftModelForCausalLM` finds the base through `adapter_config.json` alone, offline.
+"""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -9,9 +14,11 @@ from trainer_harness import Assets, base_recipe, launch
 pytestmark = pytest.mark.slow
 
 
-def test_lora_adapter_loads_with_peft_and_reproduces_val_loss(assets: Assets) -> None:
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def test_lora_adapter_loads_with_auto_peft_and_reproduces_val_loss(
+    assets: Assets, offline_hub
+) -> None:
+    from peft import AutoPeftModelForCausalLM
+    from transformers import AutoTokenizer
 
     from trainer.data.collate import Collator
     from trainer.data.datasets import JsonlInstructionDataset
@@ -30,10 +37,12 @@ def test_lora_adapter_loads_with_peft_and_reproduces_val_loss(assets: Assets) ->
     assert (adapter_dir / "adapter_model.safetensors").is_file()
     assert (adapter_dir / "adapter_config.json").is_file()
     assert not (adapter_dir / "model.safetensors").exists()
+    config = json.loads((adapter_dir / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(assets.model.resolve())
 
-    base = AutoModelForCausalLM.from_pretrained(assets.model, dtype=torch.float32)
-    model = PeftModel.from_pretrained(base, adapter_dir).eval()
+    model = AutoPeftModelForCausalLM.from_pretrained(adapter_dir, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
     dataset = JsonlInstructionDataset(tokenizer, str(assets.val))
     batch = Collator(tokenizer.pad_token_id)([dataset[i] for i in range(len(dataset))])
     with torch.no_grad():

@@ -1,8 +1,9 @@
 """Two-rank torchrun runs (gloo) with DDP, FSDP2 and tp=2: records, validation, checkpoints.
 
 Each strategy trains the tiny Llama once (session fixture); the tests read its run dir.
-The final consolidated checkpoint is loaded with plain transformers and must reproduce the
-trainer's last validation loss, i.e. the same logits as the trained, sharded model.
+The final consolidated checkpoint is loaded with plain transformers (offline) and must
+reproduce the trainer's last validation loss, i.e. the same logits as the trained, sharded
+model; its tokenizer, chat template and generation config load beside it.
 """
 
 from __future__ import annotations
@@ -73,9 +74,9 @@ def test_validation_and_checkpoints_at_their_intervals(parallel_run: RunResult) 
 
 
 def test_final_checkpoint_loads_with_transformers_and_matches(
-    parallel_run: RunResult, assets: Assets
+    parallel_run: RunResult, assets: Assets, offline_hub
 ) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from trainer.data.collate import Collator
     from trainer.data.datasets import JsonlInstructionDataset
@@ -84,6 +85,12 @@ def test_final_checkpoint_loads_with_transformers_and_matches(
     model_dir = parallel_run.latest() / "model"
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    chat = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
+    assert chat == "<|user|>hi<|end|><|assistant|>"
+    generation = GenerationConfig.from_pretrained(model_dir)
+    assert generation.to_dict() == GenerationConfig.from_pretrained(assets.model).to_dict()
     dataset = JsonlInstructionDataset(tokenizer, str(assets.val))
     batch = Collator(tokenizer.pad_token_id)([dataset[i] for i in range(len(dataset))])
     with torch.no_grad():
