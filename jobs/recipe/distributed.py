@@ -127,13 +127,16 @@ class DDPConfig:
 
 @pydantic_dataclass(frozen=True, config=_STRICT)
 class PipelineConfig:
+    # torch.distributed.pipelining's schedule names, lower-cased as torch matches them; the
+    # recipe's spelling (`Interleaved1F1B`, `looped_bfs`) is folded onto these first.
     pp_schedule: Literal[
         "1f1b",
         "gpipe",
-        "interleaved_1f1b",
-        "looped_bfs",
-        "interleaved_zero_bubble",
-        "zbv_zero_bubble",
+        "interleaved1f1b",
+        "loopedbfs",
+        "interleavedzerobubble",
+        "zbvzerobubble",
+        "dualpipev",
     ] = "1f1b"
     pp_microbatch_size: PositiveInt = 1
     layers_per_stage: PositiveInt | None = None

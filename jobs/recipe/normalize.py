@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobs.recipe.automodel_forms import check_warmup_decay, fold_value_forms
+from jobs.recipe.automodel_sections import family_section_errors, fold_side_sections
 from jobs.recipe.checks import (
     check_checkpoint_paths,
     check_data_paths,
@@ -188,13 +190,21 @@ def _bounds(out: dict[str, Any], accelerator: str) -> list[FieldError]:
     optimizer = out.get("optimizer") if isinstance(out.get("optimizer"), dict) else {}
     errors += check_optimizer(optimizer)
     if isinstance(out.get("lr_scheduler"), dict):
-        errors += check_lr_scheduler(
-            out["lr_scheduler"], optimizer.get("lr"), out["step_scheduler"].get("max_steps")
-        )
+        max_steps = out["step_scheduler"].get("max_steps")
+        errors += check_lr_scheduler(out["lr_scheduler"], optimizer.get("lr"), max_steps)
+        errors += check_warmup_decay(out["lr_scheduler"], optimizer.get("lr"), max_steps)
     errors += check_trainer_support(out, accelerator)
     dataset = out["dataset"] if isinstance(out.get("dataset"), dict) else {}
     out["packed_sequence"], errs = check_packing(out["packed_sequence"], dataset)
     return errors + errs
+
+
+def automodel_forms(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldError]]:
+    """AutoModel's side sections, ignored keys and value forms folded in place: (errors, warnings)."""
+    errors = family_section_errors(data)
+    warnings = fold_side_sections(data)
+    form_errors, form_warnings = fold_value_forms(data)
+    return errors + form_errors, warnings + form_warnings
 
 
 def normalize_recipe(
@@ -202,9 +212,11 @@ def normalize_recipe(
     resources: Any,
     settings: RecipeSettings,
     scope: JobScope | None = None,
-) -> tuple[dict[str, Any], DistributedSetup | None, ModelInfo, list[FieldError]]:
-    """The normalized recipe, its DistributedSetup, what is known of the model, all errors."""
-    errors = unknown_top_level(data)
+) -> tuple[dict[str, Any], DistributedSetup | None, ModelInfo, list[FieldError], list[FieldError]]:
+    """The normalized recipe, its DistributedSetup, what is known of the model, all errors,
+    and the warnings: what was accepted but is not used."""
+    errors, warnings = automodel_forms(data)
+    errors += unknown_top_level(data)
     data = {k: v for k, v in data.items() if k in TOP_LEVEL_KEYS}
     errors += fold_synonyms(data)
     out: dict[str, Any] = {}
@@ -224,4 +236,4 @@ def normalize_recipe(
     if setup is not None:
         errors += capability_errors(info.architecture, out["distributed"], out["peft"] is not None)
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)
-    return out, setup, info, errors
+    return out, setup, info, errors, warnings

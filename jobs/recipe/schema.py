@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from jobs.recipe.automodel_sections import recipe_family_error
 from jobs.recipe.errors import FieldError, did_you_mean
 from jobs.recipe.schema_errors import field_errors
 
@@ -328,6 +329,9 @@ def check_recipe_name(value: Any) -> tuple[str, list[FieldError]]:
     if isinstance(name, str) and name in RECIPE_NAMES:
         return RECIPE_NAMES[name], []
     loc = "recipe._target_" if isinstance(value, dict) else "recipe"
+    family = recipe_family_error(name, "recipe")
+    if family is not None:
+        return "llm_finetune", [family]
     hint = did_you_mean(str(name), RECIPE_NAMES) if isinstance(name, str) else ""
     return "llm_finetune", [
         FieldError(loc, f"unknown recipe {name!r}", hint or "use recipe: llm_finetune")

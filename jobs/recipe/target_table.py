@@ -196,6 +196,21 @@ _OWN_SPECS = [
         ("warmup_steps", "min_lr", "max_steps"),
         injected=("optimizer",),
     ),
+    _spec(
+        "tuneyard.schedulers.WarmupDecay",
+        "trainer.schedulers:WarmupDecay",
+        "lr_scheduler",
+        (
+            "max_steps",
+            "lr_decay_style",
+            "lr_warmup_steps",
+            "lr_decay_steps",
+            "init_lr",
+            "max_lr",
+            "min_lr",
+        ),  # fmt: skip
+        injected=("optimizer",),
+    ),
     _spec("tuneyard.peft.LoraConfig", "jobs.recipe.schema:PeftSection", "peft", None),
 ]
 

@@ -4,7 +4,8 @@ It loads a recipe (dict, YAML/JSON text or a file), applies command-line overrid
 every section against the schema (`jobs.recipe.schema`), the `_target_` allowlist
 (`jobs.recipe.targets`), the topology rules (`jobs.recipe.distributed`), the model's capabilities
 (`models.registry`, torch-free), the allowed filesystem roots and the batch arithmetic, and
-returns a `ValidationResult`: all errors at once, the normalized recipe the trainer reads,
+returns a `ValidationResult`: all errors at once, the warnings (what was accepted but is not
+used), the normalized recipe the trainer reads,
 the DistributedSetup, and a plan (world size, mesh, batches, tokens per step, model size).
 """
 
@@ -55,11 +56,14 @@ class ValidationResult:
     recipe: dict[str, Any] | None = None  # `typed.to_json()`: what is stored and run
     setup: DistributedSetup | None = None
     typed: Recipe | None = None
+    # Accepted but not used (AutoModel side sections, ignored kwargs): loc, msg, fix-or-empty.
+    warnings: list[FieldError] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "valid": self.valid,
             "errors": [e.to_dict() for e in self.errors],
+            "warnings": [w.to_dict() for w in self.warnings],
             "plan": self.plan,
         }
 
@@ -193,14 +197,15 @@ def validate_job(
         data = recipe_sections(data)
     data, apply_errors = apply_overrides(data, pairs)
     errors += apply_errors
-    normalized, setup, info, recipe_errors = normalize_recipe(data, res, settings, scope)
+    normalized, setup, info, recipe_errors, warnings = normalize_recipe(data, res, settings, scope)
     errors = _mark_overridden(errors + recipe_errors, {k for k, _ in pairs})
     plan = build_plan(normalized, setup, res, info)
     plan["trust_remote_code"] = bool((normalized.get("model") or {}).get("trust_remote_code"))
+    plan["warnings"] = [w.to_dict() for w in warnings]
     if errors or setup is None:
-        return ValidationResult(False, errors, plan, None, setup)
+        return ValidationResult(False, errors, plan, None, setup, warnings=warnings)
     typed = build_recipe(normalized, setup.mesh_shape, res, plan)
-    return ValidationResult(True, [], plan, typed.to_json(), setup, typed)
+    return ValidationResult(True, [], plan, typed.to_json(), setup, typed, warnings)
 
 
 __all__ = ["Resources", "ValidationResult", "load_recipe", "validate_job"]

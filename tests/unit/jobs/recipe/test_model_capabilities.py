@@ -138,6 +138,7 @@ def test_plan_has_every_key(validate, recipe):
     plan = validate(recipe, nproc_per_node=4).plan
     assert plan == {
         "trust_remote_code": False,
+        "warnings": [],
         "world_size": 4,
         "nnodes": 1,
         "nproc_per_node": 4,

@@ -111,9 +111,11 @@ def test_top_level_seed_folds_into_rng(validate, recipe):
     assert validate(recipe).recipe["rng"]["seed"] == 7
 
 
-def test_conflicting_seed_is_an_error(validate, recipe):
+def test_seed_beside_rng_yields_to_rng_with_a_warning(validate, recipe):
     recipe.update(seed=7, rng={"seed": 8})
-    error_at(validate(recipe), "seed")
+    result = validate(recipe)
+    assert result.valid and result.typed.rng.seed == 8
+    assert [w.loc for w in result.warnings] == ["seed"]
 
 
 def test_checkpoint_restore_from_folds_to_top_level(validate, recipe):

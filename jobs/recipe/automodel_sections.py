@@ -1,0 +1,157 @@
+"""AutoModel's recipe surface that tuneyard accepts without training on it, and what it refuses.
+
+NeMo AutoModel recipes carry side sections (CI metadata, launcher blocks, profiler and
+tracker settings) and loader or section keywords that do not change what tuneyard trains.
+`fold_side_sections` takes them out of a raw recipe before the schema sees it and reports
+each one as a warning naming why it is ignored, so nothing is dropped silently; a
+section tuneyard does not know at all stays an error (`jobs.recipe.schema.unknown_top_level`).
+`recipe_family_error` answers for recipe classes of families tuneyard does not train
+(VLM, diffusion, retrieval, speculative decoding, audio, sequence classification), and
+for the ones it will (knowledge distillation, benchmarking), with "not supported yet".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.recipe.errors import FieldError
+
+TRACKER = "tracker integration not wired yet; metrics stay in tuneyard"
+LAUNCHER = "a launcher block; tuneyard's worker launches the job on its own queue"
+SIDE_SECTIONS: dict[str, str] = {
+    "ci": "AutoModel CI metadata, not used by tuneyard",
+    "nvtx": "NVTX profiling ranges; tuneyard's trainer adds none",
+    "moe_metrics": "MoE load-balance logging, not logged by tuneyard",
+    "skypilot": LAUNCHER,
+    "slurm": LAUNCHER,
+    "k8s": LAUNCHER,
+    "nemo_run": LAUNCHER,
+    "wandb": TRACKER,
+    "mlflow": TRACKER,
+}
+
+# Keys AutoModel's loaders and sections take that do not change what tuneyard trains, by
+# section, with why each is ignored.
+IGNORED_KEYS: dict[str, dict[str, str]] = {
+    "model": {
+        "backend": "AutoModel's kernel backend choice (TE, DeepEP, ...); tuneyard picks its own "
+        "layers",
+        "output_hidden_states": "the loss reads logits only",
+        "load_base_model": "tuneyard always loads the base weights of a from_pretrained model",
+        "use_liger_kernel": "Liger kernels are not wired; the loss is the same",
+        "use_sdpa_patching": "tuneyard's attention comes from attn_implementation",
+        "router_aux_loss_coef": "tuneyard's trainer adds no router auxiliary loss",
+        "num_nextn_predict_layers": "multi-token prediction heads are not trained by tuneyard",
+        "mtp_loss_scaling_factor": "multi-token prediction heads are not trained by tuneyard",
+        "is_meta_device": "tuneyard decides where weights are materialised",
+        "limit_gpus": "tuneyard's resources decide the GPUs",
+    },
+    "step_scheduler": {
+        "gc_every_steps": "garbage-collection pacing only; it does not change training",
+    },
+    "checkpoint": {
+        "dequantize_base_checkpoint": "tuneyard loads base weights in the model dtype as stored",
+        "staging_dir": "tuneyard stages checkpoints inside the run directory",
+        "is_peft": "tuneyard knows from the peft section",
+        "save_tokenizer": "tuneyard's checkpoints carry what its trainer writes",
+        "v4_compatible": "checkpoints are consolidated safetensors",
+        "single_rank_consolidation": "checkpoints are consolidated safetensors",
+    },
+    "loss_fn": {"fp32_upcast": "tuneyard's cross entropy always computes in fp32"},
+    "dataloader": {"dataloader_type": "tuneyard builds one stateful loader for every recipe"},
+    "validation_dataloader": {
+        "dataloader_type": "tuneyard builds one stateful loader for every recipe"
+    },
+    "packed_sequence": {"packing_strategy": "tuneyard packs greedily in dataset order"},
+    "distributed": {
+        "defer_fsdp_grad_sync": "an FSDP2 communication overlap setting; it does not change "
+        "the result",
+    },
+}
+
+# Recipe module paths of AutoModel's other families: (prefix, family).
+FAMILY_MODULES = (
+    ("nemo_automodel.recipes.vlm.", "VLM fine-tuning"),
+    ("nemo_automodel.recipes.multimodal.", "multimodal fine-tuning"),
+    ("nemo_automodel.recipes.diffusion.", "diffusion training"),
+    ("nemo_automodel.recipes.retrieval.", "retrieval (bi-/cross-encoder) training"),
+    ("nemo_automodel.recipes.biencoder.", "retrieval (bi-/cross-encoder) training"),
+    ("nemo_automodel.recipes.encoder.", "retrieval (bi-/cross-encoder) training"),
+    ("nemo_automodel.recipes.asr.", "audio (ASR) fine-tuning"),
+    ("nemo_automodel.recipes.dllm.", "diffusion language model training"),
+    ("nemo_automodel.recipes.llm.train_seq_cls.", "sequence classification"),
+    ("nemo_automodel.recipes.llm.train_eagle", "speculative decoding (draft model) training"),
+    ("nemo_automodel.recipes.llm.train_dflash", "speculative decoding (draft model) training"),
+    ("nemo_automodel.recipes.llm.train_dspark", "speculative decoding (draft model) training"),
+    ("nemo_automodel.recipes.llm.train_peagle", "speculative decoding (draft model) training"),
+    ("nemo_automodel.recipes.llm.kd.", "knowledge distillation"),
+    ("nemo_automodel.recipes.llm.benchmark.", "benchmarking"),
+)
+# The same families by bare class name, as a recipe may write it.
+FAMILY_CLASSES = {
+    "FinetuneRecipeForVLM": "VLM fine-tuning",
+    "KnowledgeDistillationRecipeForVLM": "VLM knowledge distillation",
+    "TrainDiffusionRecipe": "diffusion training",
+    "TrainBiencoderRecipe": "retrieval (bi-/cross-encoder) training",
+    "TrainFinetuneRecipeForSequenceClassification": "sequence classification",
+    "KnowledgeDistillationRecipeForNextTokenPrediction": "knowledge distillation",
+    "BenchmarkingRecipeForNextTokenPrediction": "benchmarking",
+}
+# Sections only another family's recipe has: (family, its recipe class).
+FAMILY_SECTIONS = {
+    "flow_matching": ("diffusion training", "TrainDiffusionRecipe"),
+    "benchmark": ("benchmarking", "BenchmarkingRecipeForNextTokenPrediction"),
+    "teacher_model": (
+        "knowledge distillation",
+        "KnowledgeDistillationRecipeForNextTokenPrediction",
+    ),
+    "kd_loss_fn": ("knowledge distillation", "KnowledgeDistillationRecipeForNextTokenPrediction"),
+}
+NOT_SUPPORTED = "is not supported by tuneyard yet"
+FAMILY_FIX = "tuneyard trains causal-LM fine-tuning and pretraining: use recipe: llm_finetune"
+
+
+def family_of(name: str) -> str | None:
+    """The family of an AutoModel recipe class name (dotted or bare), if tuneyard lacks it."""
+    for prefix, family in FAMILY_MODULES:
+        if name.startswith(prefix):
+            return family
+    return FAMILY_CLASSES.get(name.rsplit(".", 1)[-1])
+
+
+def recipe_family_error(name: Any, loc: str) -> FieldError | None:
+    """`<family> (<Class>) is not supported by tuneyard yet` for another family's recipe."""
+    family = family_of(name) if isinstance(name, str) else None
+    if family is None:
+        return None
+    cls = name.rsplit(".", 1)[-1]
+    return FieldError(loc, f"{family} ({cls}) {NOT_SUPPORTED}", FAMILY_FIX)
+
+
+def family_section_errors(data: dict[str, Any]) -> list[FieldError]:
+    """A section only another family's recipe has names that family at `recipe`."""
+    errors = []
+    for section, (family, cls) in FAMILY_SECTIONS.items():
+        if section in data:
+            data.pop(section)
+            msg = f"{family} ({cls}) {NOT_SUPPORTED}: the recipe has its {section!r} section"
+            errors.append(FieldError("recipe", msg, f"remove {section}; {FAMILY_FIX}"))
+    return errors
+
+
+def fold_side_sections(data: dict[str, Any]) -> list[FieldError]:
+    """Pop AutoModel's side sections and ignored keys from `data`, one warning for each."""
+    warnings = []
+    for name, why in SIDE_SECTIONS.items():
+        if name in data:
+            data.pop(name)
+            warnings.append(FieldError(name, f"accepted and ignored: {why}"))
+    for section, keys in IGNORED_KEYS.items():
+        values = data.get(section)
+        if not isinstance(values, dict):
+            continue
+        for key, why in keys.items():
+            if key in values:
+                values.pop(key)
+                warnings.append(FieldError(f"{section}.{key}", f"accepted and ignored: {why}"))
+    return warnings
