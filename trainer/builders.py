@@ -10,6 +10,8 @@ tokenizer that cannot be read or is larger than the model's vocabulary, an empty
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from typing import Any
 
 import torch
@@ -96,25 +98,53 @@ def check_vocab(tokenizer: Any, model: nn.Module) -> None:
         )
 
 
+GLOB_CHARS = frozenset("*?[")
+
+
+def lora_targets(patterns: list[str] | None) -> list[str] | str | None:
+    """Module names for peft: a list of names as is; with any glob (`*_proj`), one regex.
+
+    peft matches a list by name suffix and a string as a regex over the full module name;
+    a glob matches the full name (`model.layers.0.self_attn.q_proj`), a plain name its suffix.
+    """
+    if not patterns or not any(GLOB_CHARS & set(p) for p in patterns):
+        return patterns
+    parts = [
+        fnmatch.translate(p) if GLOB_CHARS & set(p) else rf"(?:.*\.)?{re.escape(p)}"
+        for p in patterns
+    ]
+    return "|".join(f"(?:{part})" for part in parts)
+
+
 def apply_peft(model: nn.Module, peft: Peft | None) -> nn.Module:
     if peft is None:
         return model
     from peft import LoraConfig, get_peft_model
 
-    targets_ = "all-linear" if peft.match_all_linear else peft.target_modules
+    targets_ = "all-linear" if peft.match_all_linear else lora_targets(peft.target_modules)
+    targets_ = targets_ or "all-linear"
+    excluded = list(peft.exclude_modules or [])
+    if targets_ == "all-linear":  # peft spares the output layer of transformers classes only
+        excluded += _output_layer_names(model)
     try:
         config = LoraConfig(
             r=peft.dim,
             lora_alpha=peft.alpha,
             lora_dropout=peft.dropout,
-            target_modules=targets_ or "all-linear",
-            exclude_modules=peft.exclude_modules or None,
+            target_modules=targets_,
+            exclude_modules=excluded or None,
             use_dora=peft.use_dora,
             task_type="CAUSAL_LM",
         )
         return get_peft_model(model, config)
     except ValueError as exc:
         raise data_error(f"peft: the model refuses this LoRA setting: {exc}") from None
+
+
+def _output_layer_names(model: nn.Module) -> list[str]:
+    """The output projection (lm_head): LoRA on it would save the whole vocab matrix."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return [name for name, module in model.named_modules() if head is not None and module is head]
 
 
 def build_dataset(

@@ -58,3 +58,44 @@ def test_a_callable_refusing_its_arguments_is_a_recipe_error() -> None:
         build_target(call, "optimizer", params=params)
     assert info.value.exit_code == ExitCode.INVALID_RECIPE
     assert info.value.message.startswith("optimizer: ") and "learning rate" in info.value.message
+
+
+def test_lora_target_globs_become_one_full_name_regex() -> None:
+    import re
+
+    from trainer.builders import lora_targets
+
+    assert lora_targets(["q_proj", "v_proj"]) == ["q_proj", "v_proj"]
+    pattern = lora_targets(["*_proj", "lm_head"])
+    assert isinstance(pattern, str)
+    for name in ("model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj", "lm_head"):
+        assert re.fullmatch(pattern, name), name
+    assert not re.fullmatch(pattern, "model.layers.0.input_layernorm")
+
+
+def test_lora_glob_wraps_the_projections_of_a_tiny_model() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from jobs.recipe.typed import Peft
+    from trainer.builders import apply_peft
+
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
+                         num_hidden_layers=1, num_attention_heads=2)  # fmt: skip
+    peft = Peft(["*_proj"], None, False, 4, 8.0, 0.0, "post", False, False)
+    wrapped = apply_peft(LlamaForCausalLM(config), peft)
+    lora = {n.rsplit(".lora_A", 1)[0] for n, _ in wrapped.named_parameters() if ".lora_A" in n}
+    assert any(n.endswith("self_attn.q_proj") for n in lora)
+    assert any(n.endswith("mlp.down_proj") for n in lora)
+
+
+def test_all_linear_lora_spares_the_output_layer_of_native_models(tiny_dir) -> None:
+    from jobs.recipe.typed import Peft
+    from models import AutoModelForCausalLM
+    from trainer.builders import apply_peft
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    peft = Peft(None, None, True, 4, 8.0, 0.0, "post", False, False)
+    wrapped = apply_peft(model, peft)
+    lora = {n for n, _ in wrapped.named_parameters() if "lora_" in n}
+    assert lora and not any("lm_head" in n for n in lora)
+    assert any("q_proj" in n for n in lora)
