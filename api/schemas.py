@@ -84,6 +84,9 @@ class ErrorOut(BaseModel):
 class ValidateOut(BaseModel):
     valid: bool
     errors: list[FieldErrorOut]
+    warnings: list[FieldErrorOut] = Field(
+        default_factory=list, description="Accepted but not used (e.g. AutoModel side sections)."
+    )
     plan: dict[str, Any]
     recipe: dict[str, Any] | None = None
     queue: str
@@ -106,6 +109,9 @@ class JobPublic(BaseModel):
     overrides: list[str]
     recipe: dict[str, Any]
     plan: dict[str, Any]
+    warnings: list[FieldErrorOut] = Field(
+        default_factory=list, description="What validation accepted but the job does not use."
+    )
     max_steps: int | None = None
     latest_metrics: dict[str, Any] | None = Field(None, description="The last train record.")
     actions: list[Literal["cancel", "pause", "resume"]] = Field(

@@ -1,8 +1,9 @@
 """`tuneyard validate`: check a recipe (plus overrides) for given resources, without torch.
 
 Exit 0 when valid, 2 when not. `--json` prints exactly one JSON object
-`{"valid", "errors": [{"loc", "msg", "fix"}], "plan"}`; otherwise a readable report with
-every error at once and the plan. Overrides follow the recipe path in the seed's CLI form
+`{"valid", "errors": [{"loc", "msg", "fix"}], "warnings": [...], "plan"}`; otherwise a
+readable report with every error and warning at once and the plan. Warnings (what was
+accepted but is not used) never make a recipe invalid. Overrides follow the recipe path in the seed's CLI form
 (`--optimizer.lr 1e-4`, `--step_scheduler.max_steps=500`, a bare `--flag`).
 """
 
@@ -30,9 +31,14 @@ def _report(recipe: Path, result: ValidationResult) -> str:
             lines.append(f"  {err.loc}: {err.msg}")
             if err.fix:
                 lines.append(f"      fix: {err.fix}")
+    for warning in result.warnings:
+        lines.append(f"  warning: {warning.loc}: {warning.msg}")
+        if warning.fix:
+            lines.append(f"      fix: {warning.fix}")
+    plan = {k: v for k, v in result.plan.items() if k != "warnings"}  # printed above
     lines.append("plan:")
-    width = max(len(k) for k in result.plan) if result.plan else 0
-    for key, value in result.plan.items():
+    width = max(len(k) for k in plan) if plan else 0
+    for key, value in plan.items():
         shown = "-" if value is None else _format(value)
         lines.append(f"  {key.ljust(width)}  {shown}")
     return "\n".join(lines)

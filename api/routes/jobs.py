@@ -53,7 +53,8 @@ def job_public(job: Job, project: str, latest: dict[str, Any] | None = None) -> 
         queue=job.queue, priority=job.priority, labels=job.labels or {}, attempt=job.attempt,
         max_attempts=job.max_attempts, resources=job.resources or {},
         overrides=list((job.spec or {}).get("overrides") or []), recipe=job.recipe or {},
-        plan=job.plan or {}, max_steps=(job.plan or {}).get("max_steps"), latest_metrics=latest,
+        plan=job.plan or {}, warnings=(job.plan or {}).get("warnings") or [],
+        max_steps=(job.plan or {}).get("max_steps"), latest_metrics=latest,
         actions=available_controls(job.status), error_code=job.error_code,
         error_message=job.error_message, run_dir=job.run_dir,
         idempotency_key=job.idempotency_key, created_at=job.created_at,
@@ -130,8 +131,8 @@ def validate(
 ) -> ValidateOut:
     """The same checks as submit; answers the plan, or 422 with every field error."""
     checked = check_request(body, settings, principal, session)
-    return ValidateOut(valid=True, errors=[], plan=checked.plan, recipe=checked.recipe,
-                       queue=checked.queue)  # fmt: skip
+    return ValidateOut(valid=True, errors=[], warnings=checked.plan.get("warnings") or [],
+                       plan=checked.plan, recipe=checked.recipe, queue=checked.queue)  # fmt: skip
 
 
 @router.get("/jobs", response_model=JobsPublic, summary="List jobs, newest first",

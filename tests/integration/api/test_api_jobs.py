@@ -152,3 +152,14 @@ def test_resume_of_a_queued_job_is_409(client, stack, body) -> None:
     job_id = submit(client, stack, body).json()["id"]
     answer = client.post(f"/v1/jobs/{job_id}/resume", headers=stack.headers())
     assert answer.status_code == 409 and answer.json()["error"]["current_status"] == "queued"
+
+
+def test_warnings_answer_on_validate_and_stay_on_the_job(client, stack, body) -> None:
+    body["recipe"] = {**body["recipe"], "ci": {"time": "00:30:00"}, "mlflow": {}}
+    answer = client.post("/v1/jobs:validate", json=body, headers=stack.headers())
+    assert answer.status_code == 200, answer.text
+    assert [w["loc"] for w in answer.json()["warnings"]] == ["ci", "mlflow"]
+    job = submit(client, stack, body).json()
+    assert [w["loc"] for w in job["warnings"]] == ["ci", "mlflow"]
+    got = client.get(f"/v1/jobs/{job['id']}", headers=stack.headers("read")).json()
+    assert got["warnings"] == job["warnings"] == got["plan"]["warnings"]

@@ -69,7 +69,7 @@ def test_valid_recipe_exits_0_with_one_json_object(recipe_file, env):
     done = run_cli(env, str(recipe_file), "--nproc-per-node", "2", "--json")
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)  # exactly one JSON document
-    assert set(payload) == {"valid", "errors", "plan"}
+    assert set(payload) == {"valid", "errors", "warnings", "plan"}
     assert payload["valid"] is True and payload["errors"] == []
     assert (
         payload["plan"]["world_size"] == 2 and payload["plan"]["architecture"] == "LlamaForCausalLM"
@@ -143,3 +143,25 @@ def test_bad_accelerator_is_a_located_error(recipe_file):
 def test_missing_recipe_file(tmp_path):
     result = in_process(str(tmp_path / "absent.yaml"))
     assert result.exit_code == 2 and "<recipe>" in result.output
+
+
+def _with_side_sections(recipe_file: Path) -> Path:
+    recipe = yaml.safe_load(recipe_file.read_text())
+    recipe["ci"] = {"time": "00:30:00"}
+    recipe["wandb"] = {"project": "p"}
+    recipe_file.write_text(yaml.safe_dump(recipe))
+    return recipe_file
+
+
+def test_warnings_are_in_the_json_and_keep_the_recipe_valid(recipe_file, env):
+    done = run_cli(env, str(_with_side_sections(recipe_file)), "--json")
+    assert done.returncode == 0, done.stdout
+    payload = json.loads(done.stdout)
+    assert [w["loc"] for w in payload["warnings"]] == ["ci", "wandb"]
+    assert "tracker integration not wired yet" in payload["warnings"][1]["msg"]
+
+
+def test_warnings_are_printed_in_the_report(recipe_file, env):
+    done = run_cli(env, str(_with_side_sections(recipe_file)))
+    assert done.returncode == 0, done.stdout
+    assert "warning: ci: accepted and ignored: AutoModel CI metadata" in done.stdout
