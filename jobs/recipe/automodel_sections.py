@@ -41,21 +41,14 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
         "use_liger_kernel": "Liger kernels are not wired; the loss is the same",
         "use_sdpa_patching": "tuneyard's attention comes from attn_implementation",
         "router_aux_loss_coef": "tuneyard's trainer adds no router auxiliary loss",
-        "num_nextn_predict_layers": "multi-token prediction heads are not trained by tuneyard",
-        "mtp_loss_scaling_factor": "multi-token prediction heads are not trained by tuneyard",
-        "is_meta_device": "tuneyard decides where weights are materialised",
-        "limit_gpus": "tuneyard's resources decide the GPUs",
     },
     "step_scheduler": {
         "gc_every_steps": "garbage-collection pacing only; it does not change training",
     },
     "checkpoint": {
         "dequantize_base_checkpoint": "tuneyard loads base weights in the model dtype as stored",
-        "staging_dir": "tuneyard stages checkpoints inside the run directory",
         "is_peft": "tuneyard knows from the peft section",
-        "save_tokenizer": "tuneyard's checkpoints carry what its trainer writes",
-        "v4_compatible": "checkpoints are consolidated safetensors",
-        "single_rank_consolidation": "checkpoints are consolidated safetensors",
+        "load_base_model": "tuneyard always loads the base weights of a from_pretrained model",
     },
     "loss_fn": {"fp32_upcast": "tuneyard's cross entropy always computes in fp32"},
     "dataloader": {"dataloader_type": "tuneyard builds one stateful loader for every recipe"},
@@ -63,10 +56,6 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
         "dataloader_type": "tuneyard builds one stateful loader for every recipe"
     },
     "packed_sequence": {"packing_strategy": "tuneyard packs greedily in dataset order"},
-    "distributed": {
-        "defer_fsdp_grad_sync": "an FSDP2 communication overlap setting; it does not change "
-        "the result",
-    },
 }
 
 # Recipe module paths of AutoModel's other families: (prefix, family).
