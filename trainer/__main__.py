@@ -81,12 +81,22 @@ def record_failure(log, step: int, code: ExitCode, message: str) -> None:
     log.close()
 
 
+def loop_for(recipe: Recipe):
+    """The loop that runs `recipe.recipe`: benchmark, else fine-tuning."""
+    if recipe.recipe == "llm_benchmark":
+        from trainer.benchmark import run_benchmark
+
+        return run_benchmark
+    from trainer.finetune import train
+
+    return train
+
+
 def run(recipe: Recipe, run_dir: Path) -> int:
     import torch
 
     from trainer import distributed
     from trainer.errors import TrainerError
-    from trainer.finetune import train
     from trainer.metrics import RunLog
     from trainer.setup import setup_run
 
@@ -96,7 +106,7 @@ def run(recipe: Recipe, run_dir: Path) -> int:
     training = None
     try:
         training = setup_run(recipe, run_dir, env)
-        code = train(training, log)
+        code = loop_for(recipe)(training, log)
         log.close()
         return int(code)
     except TrainerError as exc:

@@ -46,7 +46,7 @@ def fold_value_forms(data: dict[str, Any]) -> tuple[list[FieldError], list[Field
             data.pop(name)
     for name in FIXED_VALUE_SECTIONS:
         _none_words_to_null(data.get(name))
-    warnings = _model_forms(data.get("model"))
+    warnings = _model_forms(data.get("model")) + _model_forms(data.get("teacher_model"))
     warnings += _checkpoint_forms(data.get("checkpoint"))
     warnings += _collate_forms(data) + _seed_forms(data) + _peft_forms(data.get("peft"))
     warnings += distributed_forms(data.get("distributed"))

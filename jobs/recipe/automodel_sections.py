@@ -7,7 +7,8 @@ each one as a warning naming why it is ignored, so nothing is dropped silently; 
 section tuneyard does not know at all stays an error (`jobs.recipe.schema.unknown_top_level`).
 `recipe_family_error` answers for recipe classes of families tuneyard does not train
 (VLM, diffusion, retrieval, speculative decoding, audio, sequence classification), and
-for the ones it will (knowledge distillation, benchmarking), with "not supported yet".
+for the one it will (knowledge distillation), with "not supported yet". Benchmarking
+(`llm_benchmark`) is a recipe of its own: `jobs.recipe.benchmark`.
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
         "dataloader_type": "tuneyard builds one stateful loader for every recipe"
     },
     "packed_sequence": {"packing_strategy": "tuneyard packs greedily in dataset order"},
+    "benchmark": {
+        "nsys_start": "Nsight Systems ranges are not wired; every measured step is timed",
+        "nsys_end": "Nsight Systems ranges are not wired; every measured step is timed",
+        "nsys_ranks": "Nsight Systems ranges are not wired; every measured step is timed",
+        "num_nodes": "the job's resources decide the nodes",
+        "json_output_path": "the summary is the benchmark_summary event, stored with the job",
+    },
 }
 
 # Recipe module paths of AutoModel's other families: (prefix, family).
@@ -74,7 +82,6 @@ FAMILY_MODULES = (
     ("nemo_automodel.recipes.llm.train_dspark", "speculative decoding (draft model) training"),
     ("nemo_automodel.recipes.llm.train_peagle", "speculative decoding (draft model) training"),
     ("nemo_automodel.recipes.llm.kd.", "knowledge distillation"),
-    ("nemo_automodel.recipes.llm.benchmark.", "benchmarking"),
 )
 # The same families by bare class name, as a recipe may write it.
 FAMILY_CLASSES = {
@@ -84,12 +91,10 @@ FAMILY_CLASSES = {
     "TrainBiencoderRecipe": "retrieval (bi-/cross-encoder) training",
     "TrainFinetuneRecipeForSequenceClassification": "sequence classification",
     "KnowledgeDistillationRecipeForNextTokenPrediction": "knowledge distillation",
-    "BenchmarkingRecipeForNextTokenPrediction": "benchmarking",
 }
 # Sections only another family's recipe has: (family, its recipe class).
 FAMILY_SECTIONS = {
     "flow_matching": ("diffusion training", "TrainDiffusionRecipe"),
-    "benchmark": ("benchmarking", "BenchmarkingRecipeForNextTokenPrediction"),
     "teacher_model": (
         "knowledge distillation",
         "KnowledgeDistillationRecipeForNextTokenPrediction",

@@ -49,12 +49,13 @@ def check_data_paths(
 
 
 def _data_path_values(recipe: dict[str, Any]) -> list[tuple[str, Any]]:
-    model = recipe.get("model") or {}
-    candidates = [
-        ("model.pretrained_model_name_or_path", model.get("pretrained_model_name_or_path"))
-    ]
-    if isinstance(model.get("config"), str):
-        candidates.append(("model.config", model["config"]))
+    candidates = []
+    for name in ("model", "teacher_model"):  # a KD teacher reads files like the student
+        model = recipe.get(name) or {}
+        path = model.get("pretrained_model_name_or_path")
+        candidates.append((f"{name}.pretrained_model_name_or_path", path))
+        if isinstance(model.get("config"), str):
+            candidates.append((f"{name}.config", model["config"]))
     for section in ("dataset", "validation_dataset"):
         values = recipe.get(section) or {}
         candidates += [(f"{section}.{key}", values.get(key)) for key in DATA_PATH_KEYS]

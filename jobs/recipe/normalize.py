@@ -15,6 +15,7 @@ from typing import Any
 
 from jobs.recipe.automodel_forms import check_warmup_decay, fold_value_forms
 from jobs.recipe.automodel_sections import family_section_errors, fold_side_sections
+from jobs.recipe.benchmark import check_benchmark
 from jobs.recipe.checks import (
     check_checkpoint_paths,
     check_data_paths,
@@ -224,7 +225,8 @@ def normalize_recipe(
     errors += (
         errs + _fixed_sections(data, out) + _target_sections(data, out, settings.allow_remote_code)
     )
-    errors += _stray_targets(out)
+    errs, bench_warnings = check_benchmark(data, out)
+    errors, warnings = errors + errs + _stray_targets(out), warnings + bench_warnings
     setup, errs = setup_from_section(data.get("distributed"), resources.world_size)
     out["distributed"] = setup.to_dict() if setup else None
     checks, path_errors = check_data_paths(out, settings, scope)

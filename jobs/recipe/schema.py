@@ -32,6 +32,10 @@ RECIPE_NAMES = {
     "llm.finetune": "llm_finetune",
     "TrainFinetuneRecipeForNextTokenPrediction": "llm_finetune",
     "nemo_automodel.recipes.llm.train_ft.TrainFinetuneRecipeForNextTokenPrediction": "llm_finetune",
+    "llm_benchmark": "llm_benchmark",
+    "benchmark": "llm_benchmark",
+    "BenchmarkingRecipeForNextTokenPrediction": "llm_benchmark",
+    "nemo_automodel.recipes.llm.benchmark.BenchmarkingRecipeForNextTokenPrediction": "llm_benchmark",
 }
 # `_target_` values a fixed section may carry as a marker (AutoModel writes them).
 SECTION_MARKERS = {
@@ -152,6 +156,14 @@ class QatSection(Section):
     groupsize: PositiveInt | None = None
 
 
+class BenchmarkSection(Section):
+    """`benchmark:` of `recipe: llm_benchmark`; `jobs.recipe.benchmark` derives the counts."""
+
+    warmup_steps: PositiveInt = 2
+    measured_steps: PositiveInt | None = None  # None: step_scheduler.max_steps - warmup_steps
+    peak_tflops: PositiveFloat | None = None  # per device; None: the trainer's device table
+
+
 class RestoreFromSection(Section):
     """`restore_from: {path: ...}` or `{job: <id>, step: N}` (no step: that job's LATEST)."""
 
@@ -215,7 +227,16 @@ FIXED_SECTIONS: dict[str, type[Section]] = {
     "qat": QatSection,
 }
 TOP_LEVEL_KEYS = frozenset(
-    {*FIXED_SECTIONS, *TARGET_SECTIONS, "recipe", "seed", "distributed", "peft", "restore_from"}
+    {
+        *FIXED_SECTIONS,
+        *TARGET_SECTIONS,
+        "recipe",
+        "seed",
+        "distributed",
+        "peft",
+        "restore_from",
+        "benchmark",
+    }
 )
 
 

@@ -131,6 +131,12 @@ _OWN_SPECS = [
         ("ignore_index", "reduction"),
     ),
     _spec(
+        "tuneyard.loss.KDLoss",
+        "trainer.kd_loss:KDLoss",
+        "loss",
+        ("ignore_index", "temperature", "fp32_upcast", "chunk_size", "reduction"),
+    ),
+    _spec(
         "tuneyard.models.AutoModelForCausalLM.from_pretrained",
         "models.auto:AutoModelForCausalLM.from_pretrained",
         "model",
@@ -217,6 +223,7 @@ _OWN_SPECS = [
 
 _ALIASES = {
     "nemo_automodel.components.loss.masked_ce.MaskedCrossEntropy": "tuneyard.loss.MaskedCrossEntropy",
+    "nemo_automodel.components.loss.kd_loss.KDLoss": "tuneyard.loss.KDLoss",
     "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained": "tuneyard.models.AutoModelForCausalLM.from_pretrained",
     "nemo_automodel.NeMoAutoModelForCausalLM.from_config": "tuneyard.models.AutoModelForCausalLM.from_config",
     "nemo_automodel.components._transformers.auto_model.NeMoAutoModelForCausalLM.from_pretrained": "tuneyard.models.AutoModelForCausalLM.from_pretrained",

@@ -180,6 +180,15 @@ class Qat:
 
 
 @dataclass(frozen=True)
+class Benchmark:
+    """A benchmark's steps: `max_steps == warmup_steps + measured_steps`, warm-up unmeasured."""
+
+    warmup_steps: int
+    measured_steps: int
+    peak_tflops: float | None  # per device; None: the trainer's device table
+
+
+@dataclass(frozen=True)
 class RestoreFrom:
     path: str  # LATEST or a checkpoint directory
 
@@ -210,6 +219,7 @@ class Recipe:
     lr_scheduler: TargetCall | None
     seq_length: int | None  # tokens per sample, where the dataset section says
     tokens_per_step: int | None
+    benchmark: Benchmark | None  # only for recipe: llm_benchmark
 
     def to_json(self) -> dict[str, Any]:
         return _dump(self)

@@ -123,7 +123,6 @@ def test_other_families_are_not_supported_at_recipe(validate, am_recipe, name, f
     "name",
     [
         f"{AM}.recipes.llm.kd.KnowledgeDistillationRecipeForNextTokenPrediction",
-        "BenchmarkingRecipeForNextTokenPrediction",
     ],
 )
 def test_kd_and_benchmark_say_not_supported_yet_not_did_you_mean(validate, am_recipe, name):

@@ -1,0 +1,80 @@
+"""A benchmark recipe (`recipe: llm_benchmark`) on 2 gloo ranks: warm-up and measured steps,
+one MetricsSample per step, and a `benchmark_summary` whose numbers are the measured
+records' (warm-up excluded); MFU is null on CPU, where the device peak is unknown."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import pytest
+from trainer_harness import Assets, launch
+
+pytestmark = pytest.mark.slow
+
+WARMUP, MEASURED = 2, 4
+
+
+def benchmark_recipe(assets: Assets) -> dict[str, Any]:
+    return {
+        "recipe": "BenchmarkingRecipeForNextTokenPrediction",
+        "benchmark": {"warmup_steps": WARMUP, "measured_steps": MEASURED},
+        "step_scheduler": {"global_batch_size": 4, "local_batch_size": 2},
+        "model": {
+            "_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
+            "pretrained_model_name_or_path": str(assets.model),
+            "dtype": "float32",
+        },
+        "distributed": {"strategy": "ddp"},
+        "dataset": {
+            "_target_": "tuneyard.datasets.MockDataset",
+            "vocab_size": 512,
+            "seq_length": 32,
+            "num_samples": 8,  # fewer than the run needs: a benchmark cycles the data
+        },
+        "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4},
+    }
+
+
+@pytest.fixture(scope="module")
+def run(assets: Assets):
+    result = launch(assets, "benchmark", benchmark_recipe(assets), nproc=2)
+    assert result.returncode == 0, result.output
+    return result
+
+
+def test_every_step_writes_a_record(run) -> None:
+    records = run.records()
+    assert [r["step"] for r in records] == list(range(1, WARMUP + MEASURED + 1))
+    assert all(r["num_tokens"] == 4 * 32 and r["tps"] > 0 for r in records)
+    assert all(r["tps_per_rank"] == pytest.approx(r["tps"] / 2) for r in records)
+    assert all(r["mfu"] is None for r in records)  # CPU: no known peak
+
+
+def test_summary_agrees_with_the_measured_records(run) -> None:
+    events = run.events()
+    (summary,) = [e for e in events if e["event"] == "benchmark_summary"]
+    measured = [r for r in run.records() if r["step"] > WARMUP]
+    tps = [r["tps"] for r in measured]
+    assert summary["measured_steps"] == MEASURED and summary["warmup_steps"] == WARMUP
+    assert (summary["first_measured_step"], summary["last_measured_step"]) == (3, 6)
+    assert summary["tokens_per_s"]["median"] == pytest.approx(statistics.median(tps))
+    assert summary["tokens_per_s"]["mean"] == pytest.approx(statistics.fmean(tps))
+    per_rank = statistics.median(r["tps_per_rank"] for r in measured)
+    assert summary["tokens_per_s_per_rank"]["median"] == pytest.approx(per_rank)
+    assert [s["step"] for s in summary["steps"]] == [r["step"] for r in measured]
+    assert [s["tps"] for s in summary["steps"]] == pytest.approx(tps)
+    tflops = [s["tflops_per_rank"] for s in summary["steps"]]
+    assert all(t > 0 for t in tflops)
+    assert summary["tflops_per_rank"]["median"] == pytest.approx(statistics.median(tflops))
+    assert summary["mfu"] is None and summary["peak_tflops_per_rank"] is None
+    times = [s["step_time_s"] for s in summary["steps"]]
+    assert summary["step_time_s"]["min"] == min(times) and summary["step_time_s"]["max"] == max(
+        times
+    )
+    assert [e["event"] for e in events][-2:] == ["benchmark_summary", "finished"]
+
+
+def test_no_checkpoint_by_default(run) -> None:
+    assert not (run.run_dir / "checkpoints").exists()
+    assert not any(e["event"] == "checkpoint_saved" for e in run.events())
