@@ -6,9 +6,9 @@ tracker settings) and loader or section keywords that do not change what tuneyar
 each one as a warning naming why it is ignored, so nothing is dropped silently; a
 section tuneyard does not know at all stays an error (`jobs.recipe.schema.unknown_top_level`).
 `recipe_family_error` answers for recipe classes of families tuneyard does not train
-(VLM, diffusion, retrieval, speculative decoding, audio, sequence classification), and
-for the one it will (knowledge distillation), with "not supported yet". Benchmarking
-(`llm_benchmark`) is a recipe of its own: `jobs.recipe.benchmark`.
+(VLM, diffusion, retrieval, speculative decoding, audio, sequence classification) with
+"not supported yet". Knowledge distillation (`llm_kd`) and benchmarking (`llm_benchmark`)
+are recipes of their own: `jobs.recipe.kd`, `jobs.recipe.benchmark`.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
         "json_output_path": "the summary is the benchmark_summary event, stored with the job",
     },
 }
+IGNORED_KEYS["teacher_model"] = IGNORED_KEYS["model"]  # a KD teacher loads like the student
 
 # Recipe module paths of AutoModel's other families: (prefix, family).
 FAMILY_MODULES = (
@@ -81,7 +82,6 @@ FAMILY_MODULES = (
     ("nemo_automodel.recipes.llm.train_dflash", "speculative decoding (draft model) training"),
     ("nemo_automodel.recipes.llm.train_dspark", "speculative decoding (draft model) training"),
     ("nemo_automodel.recipes.llm.train_peagle", "speculative decoding (draft model) training"),
-    ("nemo_automodel.recipes.llm.kd.", "knowledge distillation"),
 )
 # The same families by bare class name, as a recipe may write it.
 FAMILY_CLASSES = {
@@ -90,16 +90,10 @@ FAMILY_CLASSES = {
     "TrainDiffusionRecipe": "diffusion training",
     "TrainBiencoderRecipe": "retrieval (bi-/cross-encoder) training",
     "TrainFinetuneRecipeForSequenceClassification": "sequence classification",
-    "KnowledgeDistillationRecipeForNextTokenPrediction": "knowledge distillation",
 }
 # Sections only another family's recipe has: (family, its recipe class).
 FAMILY_SECTIONS = {
     "flow_matching": ("diffusion training", "TrainDiffusionRecipe"),
-    "teacher_model": (
-        "knowledge distillation",
-        "KnowledgeDistillationRecipeForNextTokenPrediction",
-    ),
-    "kd_loss_fn": ("knowledge distillation", "KnowledgeDistillationRecipeForNextTokenPrediction"),
 }
 NOT_SUPPORTED = "is not supported by tuneyard yet"
 FAMILY_FIX = "tuneyard trains causal-LM fine-tuning and pretraining: use recipe: llm_finetune"

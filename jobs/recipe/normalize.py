@@ -29,6 +29,15 @@ from jobs.recipe.checks import (
 from jobs.recipe.distributed import DistributedSetup
 from jobs.recipe.distributed_section import setup_from_section
 from jobs.recipe.errors import FieldError
+from jobs.recipe.kd import (
+    KD_RECIPE,
+    as_teacher_errors,
+    check_kd_loss,
+    check_kd_ratio,
+    kd_topology_errors,
+    prepare_kd_keys,
+    vocab_errors,
+)
 from jobs.recipe.model_config import (
     architecture_of,
     capability_errors,
@@ -62,6 +71,8 @@ SECTION_KINDS = {
     "validation_dataset": "dataset",
     "optimizer": "optimizer",
     "lr_scheduler": "lr_scheduler",
+    "teacher_model": "model",
+    "kd_loss_fn": "loss",
 }
 DEFAULT_LOSS = {"_target_": "tuneyard.loss.MaskedCrossEntropy"}
 EXAMPLES = {
@@ -124,6 +135,10 @@ def _stray_targets(out: dict[str, Any]) -> list[FieldError]:
 def _target_section(name: str, section: dict[str, Any], remote_code: bool) -> list[FieldError]:
     """One `_target_` section, normalized in place: legacy keys out, synonyms folded."""
     errors = check_model_kwargs(section, remote_code) if name == "model" else []
+    if name == "teacher_model":  # the student's loader rules, reported at teacher_model
+        errors = as_teacher_errors(check_model_kwargs(section, remote_code))
+    if name == "kd_loss_fn":
+        errors += check_kd_loss(section)
     errors += fold_kwarg_synonyms(section, name)
     spec, errs = check_target_section(section, name)
     errors += errs
@@ -145,7 +160,7 @@ def _absolutize(out: dict[str, Any], checks: dict[str, PathCheck]) -> None:
 
 
 def _model_info(
-    model: Any, checks: dict[str, PathCheck], roots: list[Path]
+    model: Any, checks: dict[str, PathCheck], roots: list[Path], section: str = "model"
 ) -> tuple[ModelInfo, list[FieldError]]:
     """What the model's config says; `roots` are the data roots its file must stay in."""
     if not isinstance(model, dict):
@@ -153,7 +168,7 @@ def _model_info(
     config, errors = model.get("config"), []
     if not isinstance(config, dict):
         config = None
-        for loc in ("model.pretrained_model_name_or_path", "model.config"):
+        for loc in (f"{section}.pretrained_model_name_or_path", f"{section}.config"):
             check = checks.get(loc)
             if check and check.kind == "local" and check.path is not None:
                 config, errors = read_config_file(check.path, loc, roots)
@@ -163,6 +178,17 @@ def _model_info(
                 config, errors = read_config_file(cached, loc, hub) if cached else (None, [])
     arch = architecture_of(config)
     return ModelInfo(arch, estimate_param_count(config), config), errors
+
+
+def _teacher_errors(
+    out: dict[str, Any], checks: dict[str, PathCheck], roots: list[Path], student: ModelInfo
+) -> list[FieldError]:
+    """A KD recipe's teacher: readable config, the student's vocabulary, a topology it can run."""
+    if out["recipe"] != KD_RECIPE:
+        return []
+    teacher, errors = _model_info(out.get("teacher_model"), checks, roots, "teacher_model")
+    errors += vocab_errors(student.config, teacher.config)
+    return errors + kd_topology_errors(out.get("distributed"))
 
 
 # Passes over the data when a recipe gives neither max_steps nor num_epochs (as AutoModel).
@@ -222,6 +248,9 @@ def normalize_recipe(
     errors += fold_synonyms(data)
     out: dict[str, Any] = {}
     out["recipe"], errs = check_recipe_name(data.get("recipe"))
+    errs += prepare_kd_keys(data, out["recipe"])
+    out["kd_ratio"], kd_errs = check_kd_ratio(data.get("kd_ratio"), out["recipe"])
+    errs += kd_errs
     errors += (
         errs + _fixed_sections(data, out) + _target_sections(data, out, settings.allow_remote_code)
     )
@@ -234,7 +263,7 @@ def normalize_recipe(
     errors += errs + path_errors
     errors += check_checkpoint_paths(out["checkpoint"], out["restore_from"], settings, scope)
     info, errs = _model_info(out.get("model"), checks, settings.allowed_data_roots())
-    errors += errs
+    errors += errs + _teacher_errors(out, checks, settings.allowed_data_roots(), info)
     if setup is not None:
         errors += capability_errors(info.architecture, out["distributed"], out["peft"] is not None)
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)

@@ -24,7 +24,8 @@ PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
-TARGET_SECTIONS = ("model", "loss_fn", "dataset", "validation_dataset", "optimizer", "lr_scheduler")
+TARGET_SECTIONS = ("model", "loss_fn", "dataset", "validation_dataset", "optimizer", "lr_scheduler",
+                   "teacher_model", "kd_loss_fn")  # fmt: skip
 REQUIRED_TARGET_SECTIONS = ("model", "dataset", "optimizer")
 RECIPE_NAMES = {
     "llm_finetune": "llm_finetune",
@@ -32,6 +33,11 @@ RECIPE_NAMES = {
     "llm.finetune": "llm_finetune",
     "TrainFinetuneRecipeForNextTokenPrediction": "llm_finetune",
     "nemo_automodel.recipes.llm.train_ft.TrainFinetuneRecipeForNextTokenPrediction": "llm_finetune",
+    "llm_kd": "llm_kd",
+    "kd": "llm_kd",
+    "llm.kd": "llm_kd",
+    "KnowledgeDistillationRecipeForNextTokenPrediction": "llm_kd",
+    "nemo_automodel.recipes.llm.kd.KnowledgeDistillationRecipeForNextTokenPrediction": "llm_kd",
     "llm_benchmark": "llm_benchmark",
     "benchmark": "llm_benchmark",
     "BenchmarkingRecipeForNextTokenPrediction": "llm_benchmark",
@@ -235,8 +241,9 @@ TOP_LEVEL_KEYS = frozenset(
         "distributed",
         "peft",
         "restore_from",
+        "kd_ratio",
         "benchmark",
-    }
+    }  # fmt: skip
 )
 
 

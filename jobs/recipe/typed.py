@@ -219,6 +219,9 @@ class Recipe:
     lr_scheduler: TargetCall | None
     seq_length: int | None  # tokens per sample, where the dataset section says
     tokens_per_step: int | None
+    teacher_model: TargetCall | None  # only for recipe: llm_kd, as kd_loss_fn and kd_ratio
+    kd_loss_fn: TargetCall | None
+    kd_ratio: float | None  # step loss = (1 - kd_ratio) * CE + kd_ratio * KD
     benchmark: Benchmark | None  # only for recipe: llm_benchmark
 
     def to_json(self) -> dict[str, Any]:
@@ -265,6 +268,7 @@ def build_recipe(
         "topology": build_topology(normalized["distributed"], mesh_shape, resources),
         "seq_length": plan.get("seq_length"),
         "tokens_per_step": plan.get("tokens_per_step"),
+        "kd_ratio": normalized.get("kd_ratio"),
     }
     for f in dataclasses.fields(Recipe):
         if f.name in sections:

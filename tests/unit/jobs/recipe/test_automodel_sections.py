@@ -119,19 +119,6 @@ def test_other_families_are_not_supported_at_recipe(validate, am_recipe, name, f
     assert f"({name.rsplit('.', 1)[-1]})" in error.msg
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        f"{AM}.recipes.llm.kd.KnowledgeDistillationRecipeForNextTokenPrediction",
-    ],
-)
-def test_kd_and_benchmark_say_not_supported_yet_not_did_you_mean(validate, am_recipe, name):
-    am_recipe["recipe"] = name
-    error = error_at(validate(am_recipe), "recipe")
-    assert "not supported by tuneyard yet" in error.msg
-    assert "did you mean" not in error.fix
-
-
 def test_a_family_only_section_names_the_family(validate, am_recipe):
     am_recipe["flow_matching"] = {"timestep_sampling": "logit_normal"}
     error = error_at(validate(am_recipe), "recipe")
