@@ -78,3 +78,16 @@ def test_summary_agrees_with_the_measured_records(run) -> None:
 def test_no_checkpoint_by_default(run) -> None:
     assert not (run.run_dir / "checkpoints").exists()
     assert not any(e["event"] == "checkpoint_saved" for e in run.events())
+
+
+def test_a_given_peak_makes_mfu_tflops_over_peak(assets: Assets) -> None:
+    recipe = benchmark_recipe(assets)
+    recipe["benchmark"] = {"warmup_steps": 1, "measured_steps": 2, "peak_tflops": 0.5}
+    result = launch(assets, "benchmark-peak", recipe, nproc=2)
+    assert result.returncode == 0, result.output
+    (summary,) = [e for e in result.events() if e["event"] == "benchmark_summary"]
+    records = {r["step"]: r for r in result.records()}
+    for step in summary["steps"]:
+        assert step["mfu"] == pytest.approx(step["tflops_per_rank"] / 0.5)
+        assert records[step["step"]]["mfu"] == pytest.approx(step["mfu"])
+    assert summary["peak_tflops_per_rank"] == 0.5 and summary["mfu"]["median"] > 0
