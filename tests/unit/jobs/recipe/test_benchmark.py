@@ -3,6 +3,7 @@ counts it derives, checkpoints off by default, and the typed `Recipe.benchmark`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from jobs.recipe.typed import Benchmark, Recipe, recipe_sections
 
 AM = "nemo_automodel"
 BENCH_CLASS = "BenchmarkingRecipeForNextTokenPrediction"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 
 @pytest.fixture
@@ -135,3 +137,11 @@ def test_other_recipes_have_no_benchmark(validate, recipe):
     typed = _valid(validate(recipe))
     assert typed.benchmark is None
     assert Recipe.from_json(typed.to_json()) == typed
+
+
+def test_the_shipped_benchmark_example_validates(validate, model_dir):
+    example = EXAMPLES / "llm_benchmark" / "tiny_llama_mock.yaml"
+    overrides = ["--model.pretrained_model_name_or_path", str(model_dir)]
+    typed = _valid(validate(example, overrides, nproc_per_node=2))
+    assert typed.recipe == "llm_benchmark" and typed.step_scheduler.max_steps == 10
+    assert typed.checkpoint.enabled is False
