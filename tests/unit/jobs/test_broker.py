@@ -28,11 +28,8 @@ REDIS_URL = "redis://127.0.0.1:6379/3"
 
 @pytest.fixture
 def redis_settings(tmp_path) -> Settings:
-    client = redis.Redis.from_url(REDIS_URL)
-    client.flushdb()
-    yield Settings(home=tmp_path, broker_url=REDIS_URL)
-    client.flushdb()
-    client.close()
+    """Every test uses queues of its own names, so nothing is flushed under another test."""
+    return Settings(home=tmp_path, broker_url=REDIS_URL)
 
 
 def queue_name() -> str:
@@ -69,8 +66,9 @@ def test_other_transports_cannot_be_listed(tmp_path):
 
 
 def _queued_job(session, project) -> Job:
+    """A queued job on a queue of its own, so no other test's messages mix with its own."""
     job, _ = queries.create_job(session, project.id, queries.NewJob(
-        name="j", spec={}, recipe={}, plan={}, resources={}, queue="cpu"))  # fmt: skip
+        name="j", spec={}, recipe={}, plan={}, resources={}, queue=queue_name()))  # fmt: skip
     return job
 
 
