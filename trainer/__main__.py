@@ -106,6 +106,10 @@ def run(recipe: Recipe, run_dir: Path) -> int:
     training = None
     try:
         training = setup_run(recipe, run_dir, env)
+        if recipe.recipe == "llm_kd":  # fine-tuning's loop, with the teacher's step loss
+            from trainer.kd import attach_teacher
+
+            attach_teacher(training)
         code = loop_for(recipe)(training, log)
         log.close()
         return int(code)

@@ -41,7 +41,7 @@ def build_target(call: TargetCall, loc: str, **injected: Any) -> Any:
     except TrainerError:
         raise
     except (ValueError, TypeError, OSError) as exc:
-        reads_files = loc in ("model", "dataset", "validation_dataset")
+        reads_files = loc in ("model", "teacher_model", "dataset", "validation_dataset")
         code = (
             ExitCode.DATA_ERROR
             if reads_files and not isinstance(exc, TypeError)
@@ -79,11 +79,11 @@ def load_tokenizer(recipe: Recipe) -> Any | None:
     return tokenizer
 
 
-def build_model(call: TargetCall) -> nn.Module:
+def build_model(call: TargetCall, loc: str = "model") -> nn.Module:
     from models.auto import ModelLoadError
 
     try:
-        return build_target(call, "model")
+        return build_target(call, loc)
     except ModelLoadError as exc:
         raise data_error(str(exc)) from None
 

@@ -64,13 +64,28 @@ def batches(run: TrainingRun) -> Iterator[tuple[int, dict[str, Any]]]:
         run.data_state = {"epoch": run.data_state["epoch"] + 1, "batches_done": 0}
 
 
-def forward_logits(run: TrainingRun, batch: dict[str, Any]) -> torch.Tensor:
+def model_logits(
+    model: torch.nn.Module, batch: dict[str, Any], device: torch.device
+) -> torch.Tensor:
     inputs = {
-        k: batch[k].to(run.env.device, non_blocking=True)
+        k: batch[k].to(device, non_blocking=True)
         for k in ("input_ids", "attention_mask", "position_ids")
         if k in batch
     }
-    return run.forward_model(**inputs, use_cache=False).logits
+    return model(**inputs, use_cache=False).logits
+
+
+def forward_logits(run: TrainingRun, batch: dict[str, Any]) -> torch.Tensor:
+    return model_logits(run.forward_model, batch, run.env.device)
+
+
+def micro_batch_loss(run: TrainingRun, batch: dict[str, Any]) -> torch.Tensor:
+    """One micro-batch's training loss summed over label tokens: the student's cross entropy,
+    or the recipe's own mix when it sets `run.step_loss` (distillation's CE + KD)."""
+    if run.step_loss is not None:
+        return run.step_loss(run, batch)
+    logits = forward_logits(run, batch)
+    return token_loss_sum(run.loss_fn, logits, batch["labels"].to(run.env.device))
 
 
 def _sync_context(run: TrainingRun, last: bool):
@@ -86,8 +101,7 @@ def train_step(run: TrainingRun, micro_batches: list[dict[str, Any]]) -> tuple[f
     loss_sum = 0.0
     for i, batch in enumerate(micro_batches):
         with _sync_context(run, last=i == len(micro_batches) - 1):
-            logits = forward_logits(run, batch)
-            loss = token_loss_sum(run.loss_fn, logits, batch["labels"].to(run.env.device))
+            loss = micro_batch_loss(run, batch)
             (loss * run.topology.dp_size / label_tokens).backward()
         loss_sum += float(loss.detach())
     max_norm = run.recipe.clip_grad_norm.max_norm

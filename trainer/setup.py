@@ -14,6 +14,7 @@ position and RNG of the checkpoint being resumed.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ class TrainingRun:
     resumed_from: Path | None = None
     recipe_changed: bool = False
     data_state: dict[str, int] = field(default_factory=lambda: {"epoch": 0, "batches_done": 0})
+    # A recipe's own micro-batch loss (summed over label tokens); None: cross entropy.
+    step_loss: Callable[[TrainingRun, dict[str, Any]], torch.Tensor] | None = None
 
 
 def architecture_of(model: nn.Module) -> str:
