@@ -23,6 +23,7 @@ import torch
 from jobs.recipe.exit_codes import ExitCode
 from models.hooks import model_flops_per_token
 from trainer.finetune import (
+    Preemption,
     _layout,
     _stop_if_not_finite,
     batches,
@@ -123,7 +124,17 @@ def summarize(
 
 
 def run_benchmark(run: TrainingRun, log: RunLog) -> ExitCode:
-    """Warm-up then measured steps up to `max_steps`; a summary event, then `finished`."""
+    """Warm-up then measured steps up to `max_steps`; a summary event, then `finished`.
+    SIGTERM ends it after the step in flight with `preempted` and no summary: a retry
+    measures again from the start rather than joining two runs' timings."""
+    preemption = Preemption()
+    try:
+        return _benchmark_loop(run, log, preemption)
+    finally:
+        preemption.restore()
+
+
+def _benchmark_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCode:
     bench = run.recipe.benchmark
     assert bench is not None, "validation gives every llm_benchmark recipe a benchmark section"
     peak = device_peak_tflops(run.env.device, bench.peak_tflops)
@@ -136,6 +147,9 @@ def run_benchmark(run: TrainingRun, log: RunLog) -> ExitCode:
         _stop_if_not_finite(record.loss, run.step)
         if run.step > bench.warmup_steps:
             measured.append(sample)
+        if preemption.agreed(run.env.device):
+            log.event("preempted", run.step, code="preempted", exit_code=ExitCode.PREEMPTED)
+            return ExitCode.PREEMPTED
     if record is not None and run.recipe.checkpoint.enabled:
         save_checkpoint(run, log, asdict(record))
     if measured:

@@ -4,11 +4,14 @@ records' (warm-up excluded); MFU is null on CPU, where the device peak is unknow
 
 from __future__ import annotations
 
+import signal
 import statistics
 from typing import Any
 
 import pytest
-from trainer_harness import Assets, launch
+from trainer_harness import Assets, launch, launch_until
+
+from jobs.recipe.exit_codes import ExitCode
 
 pytestmark = pytest.mark.slow
 
@@ -91,3 +94,14 @@ def test_a_given_peak_makes_mfu_tflops_over_peak(assets: Assets) -> None:
         assert step["mfu"] == pytest.approx(step["tflops_per_rank"] / 0.5)
         assert records[step["step"]]["mfu"] == pytest.approx(step["mfu"])
     assert summary["peak_tflops_per_rank"] == 0.5 and summary["mfu"]["median"] > 0
+
+
+def test_sigterm_ends_a_benchmark_preempted_without_a_summary(assets: Assets) -> None:
+    recipe = benchmark_recipe(assets)
+    recipe["benchmark"] = {"warmup_steps": 1, "measured_steps": 100_000}
+    run_dir = assets.root / "runs" / "benchmark-sigterm"
+    result = launch_until(assets, "benchmark-sigterm", recipe, 1, run_dir, step=3,
+                          sig=signal.SIGTERM)  # fmt: skip
+    assert result.returncode == ExitCode.PREEMPTED, result.output[-2000:]
+    events = [e["event"] for e in result.events()]
+    assert events[-1] == "preempted" and "benchmark_summary" not in events
