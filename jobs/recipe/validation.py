@@ -200,7 +200,10 @@ def validate_job(
     normalized, setup, info, recipe_errors, warnings = normalize_recipe(data, res, settings, scope)
     errors = _mark_overridden(errors + recipe_errors, {k for k, _ in pairs})
     plan = build_plan(normalized, setup, res, info)
-    plan["trust_remote_code"] = bool((normalized.get("model") or {}).get("trust_remote_code"))
+    plan["trust_remote_code"] = any(  # the student's or a KD teacher's own Python runs
+        bool((normalized.get(name) or {}).get("trust_remote_code"))
+        for name in ("model", "teacher_model")
+    )
     plan["warnings"] = [w.to_dict() for w in warnings]
     if errors or setup is None:
         return ValidationResult(False, errors, plan, None, setup, warnings=warnings)

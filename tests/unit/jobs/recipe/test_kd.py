@@ -151,3 +151,16 @@ def test_teacher_loader_kwargs_are_reported_ignored_like_the_students(validate, 
     result = validate(kd_recipe)
     assert result.valid, [str(e) for e in result.errors]
     assert "teacher_model.use_liger_kernel" in [w.loc for w in result.warnings]
+
+
+def test_a_stored_kd_recipe_resubmits_as_is(validate, kd_recipe):
+    stored = validate(kd_recipe).recipe
+    again = validate(stored)
+    assert again.valid, [str(e) for e in again.errors]
+    assert again.typed == Recipe.from_json(stored)
+
+
+def test_a_granted_teacher_remote_code_shows_in_the_plan(validate, kd_recipe, settings):
+    kd_recipe["teacher_model"]["trust_remote_code"] = True
+    settings.allow_remote_code = True
+    assert validate(kd_recipe).plan["trust_remote_code"] is True
