@@ -197,8 +197,8 @@ def test_bulk_copy_path_is_idempotent_and_fenced_by_attempt(project_id):
 
 def test_a_pause_and_resume_spend_no_retry(project_id):
     """`attempt` counts claims; only failed attempts count against max_attempts."""
-    from jobs.orchestration.states import transition
     from jobs.orchestration.policy import retry_or_fail
+    from jobs.orchestration.states import transition
 
     job_id = insert_job(project_id, {}, max_attempts=2, dispatch=False)
     _claim(job_id, "w1")
