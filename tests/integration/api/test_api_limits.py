@@ -61,7 +61,7 @@ def test_a_body_over_the_limit_with_content_length_is_413(client, stack) -> None
     body = json.dumps({"recipe_yaml": "a" * (1 << 20)})
     start = time.perf_counter()
     answer = post_raw(client, stack, VALIDATE, body)
-    assert time.perf_counter() - start < 1
+    assert time.perf_counter() - start < 3
     assert answer.status_code == 413
     assert answer.json()["error"]["code"] == "content_too_large"
     assert str(1 << 20) in answer.json()["error"]["message"]
@@ -103,7 +103,7 @@ def test_a_660kb_flow_list_is_refused_fast(client, stack, recipe) -> None:
     assert len(text) > 600_000
     start = time.perf_counter()
     answer = client.post(VALIDATE, json={"recipe_yaml": text}, headers=stack.headers())
-    assert time.perf_counter() - start < 1
+    assert time.perf_counter() - start < 3  # parsed whole, it took 7 s
     assert "entries" in field_error(answer, "optimizer.betas")["msg"]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_harness import Assets, RunResult, base_recipe, launch
+from trainer_harness import Assets, RunResult, base_recipe, launch, transformers_val_loss
 
 pytestmark = pytest.mark.slow
 
@@ -93,20 +93,8 @@ def test_tp_weights_equal_the_one_process_weights(runs: tuple[RunResult, RunResu
 
 
 def test_tp_checkpoint_reproduces_the_validation_loss(tp_run: RunResult, assets: Assets) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from trainer.data.collate import Collator
-    from trainer.data.datasets import JsonlInstructionDataset
-    from trainer.loss import MaskedCrossEntropy, token_loss_sum
-
     model_dir = tp_run.run_dir / "checkpoints" / "step_10" / "model"
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    dataset = JsonlInstructionDataset(tokenizer, str(assets.val))
-    batch = Collator(tokenizer.pad_token_id)([dataset[i] for i in range(len(dataset))])
-    with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    loss = token_loss_sum(MaskedCrossEntropy(), logits, batch["labels"])
-    val_loss = float(loss) / int((batch["labels"] != -100).sum())
     val = [r for r in tp_run.records("val") if r["step"] == 10]
-    assert val and val_loss == pytest.approx(val[0]["val_loss"], rel=1e-4)
+    assert val and transformers_val_loss(model_dir, assets.val) == pytest.approx(
+        val[0]["val_loss"], rel=1e-4
+    )

@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
-from trainer_harness import STRATEGIES, Assets, RunResult, strategy_run
+from trainer_harness import STRATEGIES, Assets, RunResult, strategy_run, transformers_val_loss
 
 TRAIN_FIELDS = {
     "kind",
@@ -76,14 +75,9 @@ def test_validation_and_checkpoints_at_their_intervals(parallel_run: RunResult) 
 def test_final_checkpoint_loads_with_transformers_and_matches(
     parallel_run: RunResult, assets: Assets, offline_hub
 ) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
-    from trainer.data.collate import Collator
-    from trainer.data.datasets import JsonlInstructionDataset
-    from trainer.loss import MaskedCrossEntropy, token_loss_sum
+    from transformers import AutoTokenizer, GenerationConfig
 
     model_dir = parallel_run.latest() / "model"
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     chat = tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
@@ -91,10 +85,5 @@ def test_final_checkpoint_loads_with_transformers_and_matches(
     assert chat == "<|user|>hi<|end|><|assistant|>"
     generation = GenerationConfig.from_pretrained(model_dir)
     assert generation.to_dict() == GenerationConfig.from_pretrained(assets.model).to_dict()
-    dataset = JsonlInstructionDataset(tokenizer, str(assets.val))
-    batch = Collator(tokenizer.pad_token_id)([dataset[i] for i in range(len(dataset))])
-    with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    loss = token_loss_sum(MaskedCrossEntropy(), logits, batch["labels"])
-    val_loss = float(loss) / int((batch["labels"] != -100).sum())
+    val_loss = transformers_val_loss(model_dir, assets.val)
     assert val_loss == pytest.approx(parallel_run.records("val")[-1]["val_loss"], rel=1e-4)

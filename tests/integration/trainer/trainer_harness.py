@@ -194,6 +194,26 @@ def launch_until(
     return RunResult(run_dir, proc.returncode, output)
 
 
+def transformers_val_loss(model_dir: Path, val_path: Path) -> float:
+    """Validation loss of a checkpoint loaded by plain transformers, per label token, computed
+    as the trainer computes it: the check that a saved model is the model that trained."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainer.data.collate import Collator
+    from trainer.data.datasets import JsonlInstructionDataset
+    from trainer.loss import MaskedCrossEntropy, token_loss_sum
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    dataset = JsonlInstructionDataset(tokenizer, str(val_path))
+    batch = Collator(tokenizer.pad_token_id)([dataset[i] for i in range(len(dataset))])
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    loss = token_loss_sum(MaskedCrossEntropy(), logits, batch["labels"])
+    return float(loss) / int((batch["labels"] != -100).sum())
+
+
 def build_assets(root: Path) -> Assets:
     from trainer.assets import build_tiny_llama, write_instruction_jsonl
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from plugin_family import PLUGIN_PLAN, PluginLlama, registered_plugin
 from torch import nn
 
 from models import AutoModelForCausalLM, registry
-from models.common.parallelize import ParallelPlan
 from models.hooks import (
     decoder_layers,
     from_hf_state_dict,
@@ -89,29 +89,10 @@ def test_hf_name_mapping_hooks_split_and_stack_moe_experts():
     assert torch.equal(back["model.layers.0.mlp.experts.down_proj"], grouped)
 
 
-class PluginLlama(LlamaForCausalLM):
-    architecture = "PluginLlamaForCausalLM"
-
-
-class FirstLayerOnlyPlan(ParallelPlan):
-    def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
-        return super().fsdp_units(model)[:1]
-
-
-PLUGIN_PLAN = FirstLayerOnlyPlan()
-
-
 @pytest.fixture
 def plugin_row():
-    """A row added the way a plugin adds one: its own class, plan and adapter references."""
-    entry = registry.ArchEntry(
-        "PluginLlamaForCausalLM", __name__, "PluginLlama", registry.ModelCapabilities(),
-        registry.TieSupport.BOTH, "plugin", parallel_plan=f"{__name__}:PLUGIN_PLAN",
-        state_dict_adapter="models.qwen3_moe.state_dict_adapter:Qwen3MoeStateDictAdapter",
-    )  # fmt: skip
-    registry.register(entry)
-    yield entry
-    registry._REGISTRY.pop(entry.architecture)
+    with registered_plugin() as entry:
+        yield entry
 
 
 def test_the_row_is_the_nearest_registered_class(plugin_row):

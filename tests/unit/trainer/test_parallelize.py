@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from plugin_family import PluginLlama, registered_plugin
 from torch import nn
 
-from models import registry
-from models.common.parallelize import ParallelPlan
-from models.llama.model import LlamaForCausalLM
 from trainer.assets import tiny_llama_config
 from trainer.parallelize import clip_grad_norm
 
@@ -40,32 +38,10 @@ def test_mixed_precision_policy_applies_on_cuda_only() -> None:
     assert policy.param_dtype == torch.bfloat16 and policy.reduce_dtype == torch.float32
 
 
-class PluginLlama(LlamaForCausalLM):
-    architecture = "PluginLlamaForCausalLM"
-
-
-class FirstLayerOnlyPlan(ParallelPlan):
-    """Shards only the first decoder layer on its own and refuses tensor parallelism."""
-
-    def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
-        return super().fsdp_units(model)[:1]
-
-    def tp_unsupported_reason(self, model: nn.Module, tp_size: int | None = None) -> str:
-        return "the plugin plan has no tensor-parallel layout"
-
-
-PLUGIN_PLAN = FirstLayerOnlyPlan()
-
-
 @pytest.fixture
 def plugin_row():
-    entry = registry.ArchEntry(
-        "PluginLlamaForCausalLM", __name__, "PluginLlama", registry.ModelCapabilities(),
-        registry.TieSupport.BOTH, "plugin", parallel_plan=f"{__name__}:PLUGIN_PLAN",
-    )  # fmt: skip
-    registry.register(entry)
-    yield entry
-    registry._REGISTRY.pop(entry.architecture)
+    with registered_plugin() as entry:
+        yield entry
 
 
 def test_fsdp_units_come_from_the_rows_plan(plugin_row, single_rank_group, one_rank_layout):

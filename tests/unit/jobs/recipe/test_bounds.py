@@ -103,7 +103,7 @@ def test_shared_objects_count_once_per_use_so_a_python_bomb_stops_fast() -> None
         bomb = [bomb] * 9  # 9**9 values once expanded, a few hundred objects in memory
     start = time.perf_counter()
     error = only_error({"optimizer": {"betas": bomb}})
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 5  # expanded, it takes minutes
     assert error.loc.startswith("optimizer.betas.") and str(MAX_NODES) in error.msg
 
 
@@ -171,7 +171,7 @@ def test_an_alias_bomb_in_yaml_is_one_small_error(validate) -> None:
 
     start = time.perf_counter()
     result = validate(alias_bomb(8))
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 5  # expanded, it takes minutes
     assert not result.valid and len(result.errors) == 1
     assert result.errors[0].loc.startswith("optimizer.betas.")
 

@@ -65,7 +65,7 @@ def test_an_alias_bomb_stops_counting_fast_at_its_field() -> None:
     assert len(text) < 1000
     start = time.perf_counter()
     error = limit_error(text).error
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 5  # expanded, it takes minutes
     assert error.loc.startswith("optimizer.betas.")
     assert str(MAX_NODES) in error.msg
 
@@ -92,12 +92,21 @@ def test_nesting_up_to_max_depth_loads() -> None:
     assert limit_error("a: " + "[" * (depth + 1) + "1" + "]" * (depth + 1)).error
 
 
-def test_a_huge_flow_list_is_refused_without_parsing_all_of_it() -> None:
+def test_a_huge_flow_list_is_refused_without_parsing_all_of_it(monkeypatch) -> None:
+    from jobs.recipe import yaml_loader
+
+    composed = []
+    compose = yaml_loader.RecipeLoader.compose_node
+
+    def counting(self, parent, index):
+        composed.append(1)
+        return compose(self, parent, index)
+
+    monkeypatch.setattr(yaml_loader.RecipeLoader, "compose_node", counting)
     text = "optimizer: {betas: [" + ",".join(["1"] * 330_000) + "]}\n"  # about 660 KB
-    start = time.perf_counter()
     error = limit_error(text).error
-    assert time.perf_counter() - start < 0.5
     assert (error.loc, error.msg) == ("optimizer.betas", f"has more than {MAX_ITEMS} entries")
+    assert len(composed) <= MAX_ITEMS + 10  # stopped at the limit, not at the 330,000th
 
 
 def test_a_mapping_of_too_many_keys_is_refused() -> None:
