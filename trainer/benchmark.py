@@ -29,6 +29,7 @@ from trainer.finetune import (
     batches,
     save_checkpoint,
     train_step,
+    with_preemption,
 )
 from trainer.metrics import GPU_PEAK_FLOPS, RunLog, TrainRecord, memory_gib
 from trainer.setup import TrainingRun
@@ -127,11 +128,7 @@ def run_benchmark(run: TrainingRun, log: RunLog) -> ExitCode:
     """Warm-up then measured steps up to `max_steps`; a summary event, then `finished`.
     SIGTERM ends it after the step in flight with `preempted` and no summary: a retry
     measures again from the start rather than joining two runs' timings."""
-    preemption = Preemption()
-    try:
-        return _benchmark_loop(run, log, preemption)
-    finally:
-        preemption.restore()
+    return with_preemption(_benchmark_loop, run, log)
 
 
 def _benchmark_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCode:

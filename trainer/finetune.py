@@ -14,7 +14,7 @@ import contextlib
 import math
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -169,12 +169,20 @@ def _due(step: int, interval: Any) -> bool:
     return bool(interval) and step % int(interval) == 0
 
 
-def train(run: TrainingRun, log: RunLog) -> ExitCode:
+Loop = Callable[[TrainingRun, RunLog, Preemption], ExitCode]
+
+
+def with_preemption(loop: Loop, run: TrainingRun, log: RunLog) -> ExitCode:
+    """Run a step loop with SIGTERM caught as a preemption request, restored afterwards."""
     preemption = Preemption()
     try:
-        return _train_loop(run, log, preemption)
+        return loop(run, log, preemption)
     finally:
         preemption.restore()
+
+
+def train(run: TrainingRun, log: RunLog) -> ExitCode:
+    return with_preemption(_train_loop, run, log)
 
 
 def _train_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCode:
