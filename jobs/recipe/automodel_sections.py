@@ -17,7 +17,6 @@ from typing import Any
 
 from jobs.recipe.errors import FieldError
 
-TRACKER = "tracker integration not wired yet; metrics stay in tuneyard"
 LAUNCHER = "a launcher block; tuneyard's worker launches the job on its own queue"
 SIDE_SECTIONS: dict[str, str] = {
     "ci": "AutoModel CI metadata, not used by tuneyard",
@@ -27,8 +26,6 @@ SIDE_SECTIONS: dict[str, str] = {
     "slurm": LAUNCHER,
     "k8s": LAUNCHER,
     "nemo_run": LAUNCHER,
-    "wandb": TRACKER,
-    "mlflow": TRACKER,
 }
 
 # Keys AutoModel's loaders and sections take that do not change what tuneyard trains, by

@@ -7,6 +7,7 @@ to change (and, where it resolves something, the resolved values).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ from jobs.recipe.errors import FieldError
 from jobs.recipe.paths import PathCheck, check_checkpoint_path, check_data_path, name_errors
 from jobs.recipe.scope import JobScope, confinement_errors, resolve_restore_job
 from jobs.recipe.settings import RecipeSettings
+from jobs.recipe.target_table import TARGETS
 
 DATA_PATH_KEYS = ("path_or_dataset", "path", "tokenizer_name_or_path")
 # Dataset keywords that name a split or a column: plain names, never paths. Every dataset
@@ -56,10 +58,40 @@ def _data_path_values(recipe: dict[str, Any]) -> list[tuple[str, Any]]:
         candidates.append((f"{name}.pretrained_model_name_or_path", path))
         if isinstance(model.get("config"), str):
             candidates.append((f"{name}.config", model["config"]))
-    for section in ("dataset", "validation_dataset"):
+    for section in FILE_SECTIONS:
         values = recipe.get(section) or {}
-        candidates += [(f"{section}.{key}", values.get(key)) for key in DATA_PATH_KEYS]
+        for key in path_keys(values):
+            candidates += list(_path_leaves(values.get(key), f"{section}.{key}"))
     return [(loc, value) for loc, value in candidates if value is not None]
+
+
+# Target sections whose keywords may name files: (besides the model's own).
+FILE_SECTIONS = ("dataset", "validation_dataset", "tokenizer")
+
+
+def _spec_of(section: dict[str, Any]) -> Any:
+    target = section.get("_target_")
+    return TARGETS.get(target) if isinstance(target, str) else None
+
+
+def path_keys(section: dict[str, Any]) -> frozenset[str] | tuple[str, ...]:
+    """The keywords of a target section that name files: its spec's, else the common ones."""
+    spec = _spec_of(section)
+    return spec.paths if spec is not None and spec.paths else DATA_PATH_KEYS
+
+
+def _path_leaves(value: Any, loc: str) -> Iterator[tuple[str, Any]]:
+    """Each path in a path keyword: itself, or the strings of a list (blend weights skipped)
+    or a mapping of them (`{train: [...], validation: [...]}`)."""
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if not _is_number(item):
+                yield from _path_leaves(item, f"{loc}.{index}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _path_leaves(item, f"{loc}.{key}")
+    else:
+        yield loc, value
 
 
 def _checkpoint_path(
@@ -300,7 +332,9 @@ def check_dataset_values(section: dict[str, Any], loc: str) -> list[FieldError]:
                     f"set {loc}.{key} to a positive integer",
                 )
             )
-    for key, example in DATASET_NAME_KEYS.items():
+    spec = _spec_of(section)
+    names = {**DATASET_NAME_KEYS, **(spec.names if spec is not None else {})}
+    for key, example in names.items():
         if section.get(key) is not None:
             errors += name_errors(section[key], f"{loc}.{key}", example)
     return errors

@@ -61,6 +61,7 @@ from jobs.recipe.schema import (
 )
 from jobs.recipe.scope import JobScope
 from jobs.recipe.settings import RecipeSettings
+from jobs.recipe.trackers import check_trackers
 from jobs.recipe.targets import check_target_section, fold_kwarg_synonyms, stray_target_errors
 from jobs.recipe.trainer_support import check_trainer_support
 
@@ -73,6 +74,7 @@ SECTION_KINDS = {
     "lr_scheduler": "lr_scheduler",
     "teacher_model": "model",
     "kd_loss_fn": "loss",
+    "tokenizer": "tokenizer",
 }
 DEFAULT_LOSS = {"_target_": "tuneyard.loss.MaskedCrossEntropy"}
 EXAMPLES = {
@@ -101,7 +103,7 @@ def _fixed_sections(data: dict[str, Any], out: dict[str, Any]) -> list[FieldErro
         out["peft"], peft_errs = check_peft(section)
         errors += errs + peft_errs
     out["restore_from"], errs = normalize_restore_from(data.get("restore_from"))
-    return errors + errs
+    return errors + errs + check_trackers(data, out)
 
 
 def _target_sections(
@@ -154,9 +156,13 @@ def _target_section(name: str, section: dict[str, Any], remote_code: bool) -> li
 def _absolutize(out: dict[str, Any], checks: dict[str, PathCheck]) -> None:
     """Local paths become absolute, so the worker reads what the API validated."""
     for loc, check in checks.items():
-        section, key = loc.split(".")
-        if check.kind == "local" and check.path is not None:
-            out[section][key] = str(check.path)
+        if check.kind != "local" or check.path is None:
+            continue
+        *parents, key = loc.split(".")
+        holder: Any = out
+        for part in parents:
+            holder = holder[int(part)] if isinstance(holder, list) else holder[part]
+        holder[int(key) if isinstance(holder, list) else key] = str(check.path)
 
 
 def _model_info(

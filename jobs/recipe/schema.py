@@ -25,7 +25,7 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
 TARGET_SECTIONS = ("model", "loss_fn", "dataset", "validation_dataset", "optimizer", "lr_scheduler",
-                   "teacher_model", "kd_loss_fn")  # fmt: skip
+                   "teacher_model", "kd_loss_fn", "tokenizer")  # fmt: skip
 REQUIRED_TARGET_SECTIONS = ("model", "dataset", "optimizer")
 RECIPE_NAMES = {
     "llm_finetune": "llm_finetune",
@@ -243,6 +243,8 @@ TOP_LEVEL_KEYS = frozenset(
         "restore_from",
         "kd_ratio",
         "benchmark",
+        "wandb",
+        "mlflow",
     }  # fmt: skip
 )
 

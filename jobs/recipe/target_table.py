@@ -10,20 +10,12 @@ injects and the ones a recipe must give. `nemo_automodel.*` names are aliases of
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
+from jobs.recipe import target_specs_automodel, target_specs_pretrain, target_specs_sft
+from jobs.recipe.target_spec import TargetSpec
+from jobs.recipe.target_spec import spec as _spec
 
-@dataclass(frozen=True)
-class TargetSpec:
-    name: str  # the canonical dotted name a recipe writes
-    import_path: str  # "module:attr.path"
-    kind: str  # optimizer | lr_scheduler | loss | model | dataset | peft
-    params: frozenset[str] | None  # keywords a recipe may give; None = not checked here
-    injected: frozenset[str] = frozenset()  # keywords the trainer supplies at run time
-    required: frozenset[str] = frozenset()  # keywords a recipe must give
-    # Keywords that take a built object, and the kinds of `_target_` each accepts; a
-    # `_target_` under any other keyword is refused (it would be built where no one checks).
-    nested: Mapping[str, frozenset[str]] = field(default_factory=dict, compare=False)
+AREAS = (target_specs_sft, target_specs_pretrain, target_specs_automodel)
 
 
 # Keyword names of torch 2.13's optimizers, less `params` (injected); checked against
@@ -75,17 +67,6 @@ _SCHEDULER_REQUIRED = {
 
 _MODEL_COMMON = ("dtype", "torch_dtype", "force_hf", "attn_implementation")
 _DATASET_TOKENIZER = frozenset({"tokenizer"})
-
-
-def _spec(name: str, import_path: str, kind: str, params, injected=(), required=()):
-    return TargetSpec(
-        name,
-        import_path,
-        kind,
-        None if params is None else frozenset(params),
-        frozenset(injected),
-        frozenset(required),
-    )
 
 
 def _torch_optim_specs() -> list[TargetSpec]:
@@ -234,10 +215,14 @@ _ALIASES = {
     "nemo_automodel.components._peft.lora.PeftConfig": "tuneyard.peft.LoraConfig",
 }
 
-CANONICAL: dict[str, TargetSpec] = {s.name: s for s in [*_torch_optim_specs(), *_OWN_SPECS]}
+_AREA_SPECS = [spec for area in AREAS for spec in area.SPECS]
+CANONICAL: dict[str, TargetSpec] = {
+    s.name: s for s in [*_torch_optim_specs(), *_OWN_SPECS, *_AREA_SPECS]
+}
+_ALL_ALIASES = {**_ALIASES, **{k: v for area in AREAS for k, v in area.ALIASES.items()}}
 TARGETS: Mapping[str, TargetSpec] = {
     **CANONICAL,
-    **{alias: CANONICAL[name] for alias, name in _ALIASES.items()},
+    **{alias: CANONICAL[name] for alias, name in _ALL_ALIASES.items()},
 }
 
 # AutoModel keyword names of our aliases' callables, folded onto our names.
@@ -246,4 +231,5 @@ KWARG_SYNONYMS: dict[str, dict[str, str]] = {
         "dataset_name": "path_or_dataset",
         "seq_length": "max_seq_length",
     },
+    **{name: synonyms for area in AREAS for name, synonyms in area.SYNONYMS.items()},
 }

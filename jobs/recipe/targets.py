@@ -16,7 +16,10 @@ import importlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean
+from jobs.recipe.schema_errors import field_errors
 from jobs.recipe.target_table import CANONICAL, KWARG_SYNONYMS, TARGETS, TargetSpec
 
 __all__ = [
@@ -153,6 +156,7 @@ def check_target_section(section: object, loc: str) -> tuple[TargetSpec | None, 
     kwargs = {k: v for k, v in section.items() if k != "_target_"}
     if spec.params is not None:
         errors += _check_kwargs(spec, kwargs, loc)
+    errors += _value_errors(spec, kwargs, loc)
     for key, value in kwargs.items():
         errors += _nested_errors(spec, key, value, f"{loc}.{key}")
     return spec, errors
@@ -168,6 +172,19 @@ def _nested_errors(spec: TargetSpec, key: str, value: Any, loc: str) -> list[Fie
             errors.append(FieldError(f"{loc}._target_", msg, f"name a {_or(kinds)} here"))
         return errors
     return stray_target_errors(value, loc)
+
+
+def _value_errors(spec: TargetSpec, kwargs: Mapping[str, Any], loc: str) -> list[FieldError]:
+    """The spec's value model over the keywords it types (a bool, a column mapping, ...)."""
+    if spec.values is None:
+        return []
+    model: Any = spec.values
+    typed = {k: v for k, v in kwargs.items() if k in model.model_fields}
+    try:
+        model.model_validate(typed)
+    except ValidationError as exc:
+        return field_errors(exc, loc, model.model_fields)
+    return []
 
 
 def _or(kinds: frozenset[str]) -> str:

@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-FORMAT = 1  # bump when a field changes meaning; from_json refuses other formats
+from jobs.recipe.trackers import Mlflow, Wandb
+
+FORMAT = 2  # bump when a field changes meaning or is added; from_json refuses other formats
+# Fields added since an older format, with the value that format meant: a stored recipe of
+# that format loads with them (jobs stored before an upgrade still run and resume).
+ADDED_SINCE: dict[int, dict[str, Any]] = {1: {"tokenizer": None, "wandb": None, "mlflow": None}}
 
 
 class StoredRecipeInvalid(ValueError):
@@ -223,19 +228,30 @@ class Recipe:
     kd_loss_fn: TargetCall | None
     kd_ratio: float | None  # step loss = (1 - kd_ratio) * CE + kd_ratio * KD
     benchmark: Benchmark | None  # only for recipe: llm_benchmark
+    tokenizer: TargetCall | None  # the recipe's own tokenizer section, if it has one
+    wandb: Wandb | None  # trackers rank 0 logs to besides metrics.jsonl
+    mlflow: Mlflow | None
 
     def to_json(self) -> dict[str, Any]:
         return _dump(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Recipe:
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            found = data.get("format") if isinstance(data, dict) else type(data).__name__
-            raise StoredRecipeInvalid(f"not a tuneyard recipe of format {FORMAT} (found {found})")
+        data = _upgraded(data)
         try:
             return _load(cls, data, "")
         except (KeyError, TypeError) as exc:
             raise StoredRecipeInvalid(f"stored recipe is incomplete: {exc}") from None
+
+
+def _upgraded(data: Any) -> dict[str, Any]:
+    """A stored recipe of this format, or of an older one with its added fields filled in."""
+    found = data.get("format") if isinstance(data, dict) else type(data).__name__
+    if isinstance(data, dict) and data.get("format") in ADDED_SINCE:
+        data = {**ADDED_SINCE[data["format"]], **data, "format": FORMAT}
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise StoredRecipeInvalid(f"not a tuneyard recipe of format {FORMAT} (found {found})")
+    return data
 
 
 SETUP_KEYS = ("strategy", "dp_size", "dp_replicate_size", "tp_size", "pp_size", "cp_size",
@@ -283,7 +299,8 @@ DERIVED_KEYS = ("format", "topology", "seq_length", "tokens_per_step")
 
 
 def is_stored_recipe(data: Any) -> bool:
-    return isinstance(data, dict) and data.get("format") == FORMAT and "topology" in data
+    known = data.get("format") in (FORMAT, *ADDED_SINCE) if isinstance(data, dict) else False
+    return known and "topology" in data
 
 
 def recipe_sections(stored: dict[str, Any]) -> dict[str, Any]:

@@ -148,7 +148,7 @@ def test_missing_recipe_file(tmp_path):
 def _with_side_sections(recipe_file: Path) -> Path:
     recipe = yaml.safe_load(recipe_file.read_text())
     recipe["ci"] = {"time": "00:30:00"}
-    recipe["wandb"] = {"project": "p"}
+    recipe["nvtx"] = {"enabled": True}
     recipe_file.write_text(yaml.safe_dump(recipe))
     return recipe_file
 
@@ -157,8 +157,8 @@ def test_warnings_are_in_the_json_and_keep_the_recipe_valid(recipe_file, env):
     done = run_cli(env, str(_with_side_sections(recipe_file)), "--json")
     assert done.returncode == 0, done.stdout
     payload = json.loads(done.stdout)
-    assert [w["loc"] for w in payload["warnings"]] == ["ci", "wandb"]
-    assert "tracker integration not wired yet" in payload["warnings"][1]["msg"]
+    assert [w["loc"] for w in payload["warnings"]] == ["ci", "nvtx"]
+    assert "NVTX profiling ranges" in payload["warnings"][1]["msg"]
 
 
 def test_warnings_are_printed_in_the_report(recipe_file, env):

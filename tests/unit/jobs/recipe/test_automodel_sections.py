@@ -63,16 +63,6 @@ def test_side_sections_are_warnings(validate, am_recipe, section):
     assert "accepted and ignored" in _warning(result, section)
 
 
-@pytest.mark.parametrize("tracker", ["wandb", "mlflow"])
-def test_trackers_warn_that_they_are_not_wired(validate, am_recipe, tracker):
-    am_recipe[tracker] = {"project": "p", "name": "run"}
-    result = validate(am_recipe)
-    assert result.valid
-    assert "tracker integration not wired yet; metrics stay in tuneyard" in _warning(
-        result, tracker
-    )
-
-
 @pytest.mark.parametrize(
     ("section", "key", "value"),
     [

@@ -177,9 +177,11 @@ def test_every_dataset_keyword_is_a_path_a_name_or_a_number():
     from jobs.recipe.checks import DATA_PATH_KEYS, DATASET_NAME_KEYS, DATASET_NUMBER_KEYS
     from jobs.recipe.target_table import CANONICAL
 
-    known = {*DATA_PATH_KEYS, *DATASET_NAME_KEYS, *DATASET_NUMBER_KEYS}
+    common = {*DATA_PATH_KEYS, *DATASET_NAME_KEYS, *DATASET_NUMBER_KEYS}
     for spec in CANONICAL.values():
         if spec.kind == "dataset":
+            typed = set(spec.values.model_fields) if spec.values is not None else set()
+            known = common | spec.paths | set(spec.names) | typed
             assert spec.params is not None and spec.params <= known, (
                 spec.name,
                 spec.params - known,

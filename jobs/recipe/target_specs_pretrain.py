@@ -1,0 +1,12 @@
+"""AutoModel's pretraining and benchmark datasets (mock, nanoGPT token shards, Megatron
+indexed files): their specs, aliases and keyword synonyms, merged into the allowlist by
+`jobs.recipe.target_table`.
+"""
+
+from __future__ import annotations
+
+from jobs.recipe.target_spec import TargetSpec
+
+SPECS: list[TargetSpec] = []
+ALIASES: dict[str, str] = {}
+SYNONYMS: dict[str, dict[str, str]] = {}
