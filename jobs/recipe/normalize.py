@@ -61,8 +61,8 @@ from jobs.recipe.schema import (
 )
 from jobs.recipe.scope import JobScope
 from jobs.recipe.settings import RecipeSettings
-from jobs.recipe.trackers import check_trackers
 from jobs.recipe.targets import check_target_section, fold_kwarg_synonyms, stray_target_errors
+from jobs.recipe.trackers import check_trackers
 from jobs.recipe.trainer_support import check_trainer_support
 
 SECTION_KINDS = {
