@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -19,12 +20,14 @@ from api.errors import InvalidRequest
 from api.schemas import JobCreate
 from jobs.recipe.bounds import check_bounds
 from jobs.recipe.errors import FieldError
+from jobs.recipe.requirements import requirement_errors
 from jobs.recipe.scope import JobScope
 from jobs.recipe.validation import validate_job
 from jobs.store import queries as store
 from jobs.store.api_keys import Principal
+from jobs.store.leases import live_worker_packages
 from jobs.store.settings import Settings
-from jobs.store.tables import Job
+from jobs.store.tables import Job, utcnow
 
 log = logging.getLogger("tuneyard.api")
 BAD_TEXT = "contains a NUL character or invalid unicode"
@@ -128,7 +131,25 @@ def check_request(
     )
     if not result.valid or result.recipe is None:
         raise InvalidRequest(result.errors or [FieldError("recipe", "invalid", "")])
-    return Validated(result.recipe, result.plan, resources, queue_for(resources))
+    queue = queue_for(resources)
+    plan = _with_worker_check(result.plan, queue, session, settings)
+    return Validated(result.recipe, plan, resources, queue)
+
+
+def _with_worker_check(
+    plan: dict[str, Any], queue: str, session: Session, settings: Settings
+) -> dict[str, Any]:
+    """Refuse a job no live worker of its queue can run; warn when none is live to ask."""
+    sources = plan.get("requires") or {}
+    if not sources:
+        return plan
+    fresh_after = utcnow() - timedelta(seconds=settings.worker_live_seconds)
+    live = live_worker_packages(session, queue, fresh_after)
+    session.commit()  # end the read transaction before the insert that follows
+    errors, warnings = requirement_errors(sources, queue, live)
+    if errors:
+        raise InvalidRequest(errors)
+    return {**plan, "warnings": [*plan.get("warnings", []), *(w.to_dict() for w in warnings)]}
 
 
 def replayed_job(

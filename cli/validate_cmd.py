@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 
+from jobs.recipe.requirements import local_requirement_warnings
 from jobs.recipe.validation import ValidationResult, validate_job
 
 EXIT_INVALID = 2
@@ -69,12 +70,20 @@ def validate(
     """
     resources = {"nnodes": nnodes, "nproc_per_node": nproc_per_node, "accelerator": accelerator}
     result = validate_job(recipe, list(ctx.args), resources)
+    _add_local_requirement_warnings(result)
     if as_json:
         typer.echo(json.dumps(result.to_dict()))
     else:
         typer.echo(_report(recipe, result))
     if not result.valid:
         raise typer.Exit(EXIT_INVALID)
+
+
+def _add_local_requirement_warnings(result: ValidationResult) -> None:
+    """Without a server no worker can be asked: say which packages this interpreter lacks."""
+    found = local_requirement_warnings(result.plan.get("requires") or {})
+    result.warnings.extend(found)
+    result.plan["warnings"] = [*result.plan.get("warnings", []), *(w.to_dict() for w in found)]
 
 
 def register(app: typer.Typer) -> None:

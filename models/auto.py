@@ -120,6 +120,23 @@ def load_config(config: Any, trust_remote_code: bool = False) -> Any:
     )
 
 
+def auto_config(pretrained_model_name_or_path: str | Path, **overrides: Any) -> Any:
+    """`model.config: {_target_: transformers.AutoConfig.from_pretrained, ...}`: the config of
+    a local or cached model with attribute overrides (`num_hidden_layers: 2`); no remote code
+    (a config that needs it is refused at submit) and never a download."""
+    config = load_config(pretrained_model_name_or_path)
+    unknown = sorted(k for k in overrides if not hasattr(config, k))
+    if unknown:
+        raise ModelLoadError(
+            f"model.config.{unknown[0]}",
+            f"{type(config).__name__} has no attribute {unknown[0]!r}",
+            "remove it or name an attribute of the model's config.json",
+        )
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return config
+
+
 def native_class_for(
     config: Any, attn_implementation: str | None = None
 ) -> tuple[type | None, str]:

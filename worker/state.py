@@ -1,7 +1,8 @@
 """This worker process's identity, the resources it offers, and its heartbeat thread.
 
 The worker advertises its name, queues, host, GPU ids (from CUDA_VISIBLE_DEVICES or a
-torch-free `nvidia-smi -L` probe) and CPU ranks, and the jobs it is running, into the
+torch-free `nvidia-smi -L` probe), CPU ranks, the optional packages it can import (a job
+that requires one is claimed only by a worker that has it), and the jobs it is running, into the
 `workers` table every `heartbeat_seconds`; the reconciler marks a worker whose heartbeat
 stops as lost.
 """
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
+from jobs.recipe.requirements import worker_packages
 from jobs.store.engine import session_scope
 from jobs.store.leases import record_heartbeat
 from worker.config import WorkerConfig, get_worker_config
@@ -44,6 +46,7 @@ class WorkerState:
         self.config = config
         self.name = config.worker_name()
         self.gpu_ids = probe_gpu_ids()
+        self.packages = worker_packages()  # optional packages its trainer can import
         self._running: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -58,6 +61,7 @@ class WorkerState:
             "cpu_ranks": self.config.cpu_ranks or os.cpu_count() or 1,
             "queues": self.config.queue_list(),
             "running": running,
+            "packages": list(self.packages),
             "pid": os.getpid(),
         }
 

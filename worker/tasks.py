@@ -49,7 +49,8 @@ def execute_job(job_id: str, config: WorkerConfig) -> str:
 def _claim_or_join(job_id: str, worker: str, config: WorkerConfig) -> Claim | None:
     run_dir = str(get_settings().resolved_runs_dir / job_id)
     with session_scope() as session:
-        claim = claim_job(session, job_id, worker, config.lease_seconds, run_dir)
+        claim = claim_job(session, job_id, worker, config.lease_seconds, run_dir,
+                          packages=worker_state().packages)  # fmt: skip
         if claim is not None and claim.nnodes > 1:
             endpoint = f"{config.host_address()}:{free_port(config.host_address())}"
             claim = take_gang_slot(session, job_id, worker, endpoint=endpoint)

@@ -58,6 +58,10 @@ def _data_path_values(recipe: dict[str, Any]) -> list[tuple[str, Any]]:
         candidates.append((f"{name}.pretrained_model_name_or_path", path))
         if isinstance(model.get("config"), str):
             candidates.append((f"{name}.config", model["config"]))
+        elif isinstance(model.get("config"), dict) and "_target_" in model["config"]:
+            nested = model["config"]  # transformers.AutoConfig.from_pretrained
+            for key in path_keys(nested):
+                candidates.append((f"{name}.config.{key}", nested.get(key)))
     for section in FILE_SECTIONS:
         values = recipe.get(section) or {}
         for key in path_keys(values):

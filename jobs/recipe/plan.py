@@ -2,7 +2,8 @@
 
 World size and mesh shape from the DistributedSetup, batches and steps from the normalized
 step scheduler, tokens per step (global batch x sequence length, where the sequence length
-is known) and, where the model config is readable, the architecture and parameter count.
+is known), where the model config is readable the architecture and parameter count, and the
+optional packages the job requires (`requires`: package -> the field that needs it).
 Fields that cannot be known yet (an invalid topology, an uncached hub model) are null.
 """
 
@@ -12,6 +13,7 @@ from typing import Any
 
 from jobs.recipe.checks import seq_length_of
 from jobs.recipe.distributed import DistributedSetup
+from jobs.recipe.requirements import requirement_sources
 
 PLAN_KEYS = (
     "trust_remote_code",
@@ -36,6 +38,7 @@ PLAN_KEYS = (
     "tokens_per_step",
     "architecture",
     "param_count",
+    "requires",
 )
 
 
@@ -78,4 +81,5 @@ def build_plan(
         plan["tokens_per_step"] = plan["seq_length"] * plan["global_batch_size"]
     if info is not None:
         plan["architecture"], plan["param_count"] = info.architecture, info.param_count
+    plan["requires"] = requirement_sources(recipe)  # package -> the field that needs it
     return plan

@@ -34,6 +34,13 @@ class TargetSpec:
     names: Mapping[str, str] = field(default_factory=dict, compare=False)
     # A pydantic model typing the other keywords' values (extra keys ignored); None: untyped.
     values: type | None = field(default=None, compare=False)
+    # Keywords accepted but not used, with why (reported as warnings at submit).
+    ignored: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # A warning every use of the callable gets (a kernel replaced by an equivalent).
+    always_warn: str = ""
+    # Keywords beyond `params` are overrides of the model config's attributes, checked
+    # against the config where it is readable at submit (`jobs.recipe.model_overrides`).
+    overrides: bool = False
 
 
 def spec(
@@ -49,6 +56,9 @@ def spec(
     paths: Iterable[str] = (),
     names: Mapping[str, str] | None = None,
     values: type | None = None,
+    ignored: Mapping[str, str] | None = None,
+    always_warn: str = "",
+    overrides: bool = False,
 ) -> TargetSpec:
     """A `TargetSpec` from plain iterables (the tables read better without frozenset())."""
     return TargetSpec(
@@ -63,4 +73,7 @@ def spec(
         frozenset(paths),
         dict(names or {}),
         values,
+        dict(ignored or {}),
+        always_warn,
+        overrides,
     )

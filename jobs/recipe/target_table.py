@@ -123,6 +123,7 @@ _OWN_SPECS = [
         "model",
         ("pretrained_model_name_or_path", *_MODEL_COMMON, "trust_remote_code"),
         required=("pretrained_model_name_or_path",),
+        overrides=True,
     ),
     _spec(
         "tuneyard.models.AutoModelForCausalLM.from_config",
@@ -130,6 +131,8 @@ _OWN_SPECS = [
         "model",
         ("config", *_MODEL_COMMON),
         required=("config",),
+        nested={"config": ("config",)},
+        overrides=True,
     ),
     _spec(
         "tuneyard.datasets.SquadDataset",

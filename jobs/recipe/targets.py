@@ -32,6 +32,7 @@ __all__ = [
     "load_callable",
     "resolve_target",
     "stray_target_errors",
+    "target_warnings",
 ]
 
 
@@ -187,6 +188,23 @@ def _value_errors(spec: TargetSpec, kwargs: Mapping[str, Any], loc: str) -> list
     return []
 
 
+def target_warnings(section: Mapping[str, Any], loc: str) -> list[FieldError]:
+    """What a target section gives that is accepted but not used, nested targets included."""
+    target = section.get("_target_") if is_target_section(section) else None
+    spec = TARGETS.get(target) if isinstance(target, str) else None
+    if spec is None:
+        return []
+    warnings = [FieldError(loc, f"accepted: {spec.always_warn}")] if spec.always_warn else []
+    for key, value in section.items():
+        if key in spec.ignored:
+            warnings.append(
+                FieldError(f"{loc}.{key}", f"accepted and ignored: {spec.ignored[key]}")
+            )
+        elif spec.nested.get(key) and is_target_section(value):
+            warnings += target_warnings(value, f"{loc}.{key}")
+    return warnings
+
+
 def _or(kinds: frozenset[str]) -> str:
     return " or ".join(sorted(kinds))
 
@@ -227,7 +245,7 @@ def _check_kwargs(spec: TargetSpec, kwargs: Mapping[str, Any], loc: str) -> list
                     f"remove {loc}.{key}",
                 )
             )
-        elif key not in spec.params:
+        elif key not in spec.params and not spec.overrides:
             hint = did_you_mean(str(key), spec.params)
             errors.append(
                 FieldError(

@@ -179,6 +179,20 @@ def record_heartbeat(
     session.flush()
 
 
+def live_worker_packages(session: Session, queue: str, fresh_after: datetime) -> list[list[str]]:
+    """The optional packages each live worker of `queue` advertised (one list per worker)."""
+    rows = session.execute(
+        select(Worker.queue, Worker.resources).where(
+            Worker.last_heartbeat >= fresh_after, Worker.status.in_(["online", "busy"])
+        )
+    ).all()
+    return [
+        list((resources or {}).get("packages") or [])
+        for queues, resources in rows
+        if queue in (resources or {}).get("queues", queues.split(","))
+    ]
+
+
 def mark_lost_workers(session: Session, older_than: datetime) -> list[str]:
     """Workers whose last heartbeat is older than `older_than` become `lost`."""
     stmt = (

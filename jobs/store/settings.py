@@ -2,7 +2,8 @@
 
 `Settings` extends the recipe settings (home, runs directory, allowed roots) with what only
 the API, worker and scheduler read: which database and broker they talk to, whether API
-keys are required, and the largest request body the API reads (`TUNEYARD_MAX_BODY_BYTES`).
+keys are required, the largest request body the API reads (`TUNEYARD_MAX_BODY_BYTES`), and
+how fresh a worker's heartbeat must be to count as live (`TUNEYARD_WORKER_LIVE_SECONDS`).
 The embedded default (no PostgreSQL, no Redis) keeps everything in a SQLite file under the
 home directory.
 """
@@ -21,6 +22,8 @@ class Settings(RecipeSettings):
     # A recipe is a few KB; 1 MiB leaves room for long data lists and refuses a body whose
     # parsing alone would cost seconds of CPU.
     max_body_bytes: int = 1 << 20
+    # A worker whose heartbeat is older is not asked whether it has a job's packages.
+    worker_live_seconds: float = 30.0
 
     @property
     def resolved_database_url(self) -> str:

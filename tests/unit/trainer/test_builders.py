@@ -8,13 +8,20 @@ import pytest
 import torch
 
 from jobs.recipe.exit_codes import ExitCode
+from jobs.recipe.requirements import importable
 from jobs.recipe.targets import TARGETS, load_callable
 from jobs.recipe.typed import TargetCall
 from trainer.errors import TrainerError
 
 
 def _specs(trainer_only: bool):
-    specs = {spec.name: spec for spec in TARGETS.values() if spec.params is not None}
+    """Specs with a keyword table whose callable this interpreter can import (an optional
+    package's callable is checked where that package is installed)."""
+    specs = {
+        spec.name: spec
+        for spec in TARGETS.values()
+        if spec.params is not None and all(importable(p) for p in spec.requires)
+    }
     chosen = [s for s in specs.values() if s.import_path.startswith("trainer.") or not trainer_only]
     return sorted(chosen, key=lambda s: s.name)
 

@@ -160,6 +160,7 @@ def test_plan_has_every_key(validate, recipe):
         "tokens_per_step": 16 * 64,
         "architecture": "LlamaForCausalLM",
         "param_count": TINY_LLAMA_PARAMS,
+        "requires": {},
     }
 
 
