@@ -51,6 +51,11 @@ def build_target(call: TargetCall, loc: str, **injected: Any) -> Any:
 
 
 def tokenizer_path(recipe: Recipe) -> str | None:
+    from trainer.data.tokenizer import tokenizer_call
+
+    call = tokenizer_call(recipe)
+    if call is not None:
+        return str(call.get("pretrained_model_name_or_path"))
     for call in (recipe.dataset, recipe.validation_dataset, recipe.model):
         value = call.get("tokenizer_name_or_path") if call is not None else None
         if value:
@@ -59,12 +64,19 @@ def tokenizer_path(recipe: Recipe) -> str | None:
 
 
 def load_tokenizer(recipe: Recipe) -> Any | None:
+    """The tokenizer, from local files or the hub cache only; remote code only as the model's
+    grant (validation refused it unless the operator allows it)."""
+    from trainer.data.tokenizer import tokenizer_call
+
+    remote_code = bool(recipe.model.get("trust_remote_code"))
+    call = tokenizer_call(recipe)
+    if call is not None:  # trainer.data.tokenizer: local files only, pad token set
+        return build_target(call, "tokenizer", trust_remote_code=remote_code)
     path = tokenizer_path(recipe)
     if path is None:
         return None
     from transformers import AutoTokenizer
 
-    remote_code = bool(recipe.model.get("trust_remote_code"))  # granted at submit, or refused
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             path, local_files_only=True, trust_remote_code=remote_code
