@@ -103,7 +103,7 @@ def _fixed_sections(data: dict[str, Any], out: dict[str, Any]) -> list[FieldErro
         out["peft"], peft_errs = check_peft(section)
         errors += errs + peft_errs
     out["restore_from"], errs = normalize_restore_from(data.get("restore_from"))
-    return errors + errs + check_trackers(data, out)
+    return errors + errs
 
 
 def _target_sections(
@@ -260,6 +260,7 @@ def normalize_recipe(
     errors += (
         errs + _fixed_sections(data, out) + _target_sections(data, out, settings.allow_remote_code)
     )
+    errors += check_trackers(data, out, settings, scope, warnings)
     errs, bench_warnings = check_benchmark(data, out)
     errors, warnings = errors + errs + _stray_targets(out), warnings + bench_warnings
     setup, errs = setup_from_section(data.get("distributed"), resources.world_size)
