@@ -4,7 +4,9 @@ One `TargetSpec` per callable: its canonical dotted name, where it lives (`modul
 its kind, the keyword names a recipe may give (static, so validation needs no torch; the
 torch ones are checked against the real signatures by a test), the keywords the trainer
 injects and the ones a recipe must give. `nemo_automodel.*` names are aliases of ours.
-`jobs.recipe.targets` resolves and builds through this table.
+Operators add callables through the `tuneyard.targets` entry-point group
+(`jobs.recipe.target_plugins`), never from a recipe. `jobs.recipe.targets` resolves and
+builds through this table.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from jobs.recipe import target_specs_automodel, target_specs_pretrain, target_specs_sft
+from jobs.recipe.target_plugins import operator_specs
 from jobs.recipe.target_spec import TargetSpec
 from jobs.recipe.target_spec import spec as _spec
 
@@ -219,9 +222,10 @@ _ALIASES = {
 }
 
 _AREA_SPECS = [spec for area in AREAS for spec in area.SPECS]
-CANONICAL: dict[str, TargetSpec] = {
+_BUILT_IN: dict[str, TargetSpec] = {
     s.name: s for s in [*_torch_optim_specs(), *_OWN_SPECS, *_AREA_SPECS]
 }
+CANONICAL: dict[str, TargetSpec] = {**_BUILT_IN, **operator_specs(_BUILT_IN)}
 _ALL_ALIASES = {**_ALIASES, **{k: v for area in AREAS for k, v in area.ALIASES.items()}}
 TARGETS: Mapping[str, TargetSpec] = {
     **CANONICAL,
