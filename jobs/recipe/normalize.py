@@ -9,7 +9,7 @@ canonical key filled: resolved batch sizes and dp, the canonical strategy name,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from jobs.recipe.model_config import (
     hub_cache_root,
     read_config_file,
 )
+from jobs.recipe.model_overrides import apply_overrides, check_overrides
 from jobs.recipe.paths import PathCheck
 from jobs.recipe.schema import (
     FIXED_SECTIONS,
@@ -61,7 +62,13 @@ from jobs.recipe.schema import (
 )
 from jobs.recipe.scope import JobScope
 from jobs.recipe.settings import RecipeSettings
-from jobs.recipe.targets import check_target_section, fold_kwarg_synonyms, stray_target_errors
+from jobs.recipe.targets import (
+    check_target_section,
+    fold_kwarg_synonyms,
+    is_target_section,
+    stray_target_errors,
+    target_warnings,
+)
 from jobs.recipe.trackers import check_trackers
 from jobs.recipe.trainer_support import check_trainer_support
 
@@ -90,6 +97,7 @@ class ModelInfo:
     architecture: str | None = None
     param_count: int | None = None
     config: dict[str, Any] | None = None
+    warnings: list[FieldError] = field(default_factory=list)
 
 
 def _fixed_sections(data: dict[str, Any], out: dict[str, Any]) -> list[FieldError]:
@@ -172,18 +180,45 @@ def _model_info(
     if not isinstance(model, dict):
         return ModelInfo(), []
     config, errors = model.get("config"), []
-    if not isinstance(config, dict):
+    if not isinstance(config, dict) or is_target_section(config):
         config = None
-        for loc in (f"{section}.pretrained_model_name_or_path", f"{section}.config"):
+        for loc, value in _config_sources(model, section):
             check = checks.get(loc)
             if check and check.kind == "local" and check.path is not None:
                 config, errors = read_config_file(check.path, loc, roots)
             elif check and check.kind == "hub":
-                cached = hub_cache_config(str(model.get(loc.split(".")[1])))
+                cached = hub_cache_config(str(value))
                 hub = [hub_cache_root()]
                 config, errors = read_config_file(cached, loc, hub) if cached else (None, [])
-    arch = architecture_of(config)
-    return ModelInfo(arch, estimate_param_count(config), config), errors
+    errs, warnings = _override_errors(model, section, config)
+    built = apply_overrides(config, model)
+    info = ModelInfo(architecture_of(built), estimate_param_count(built), built, warnings)
+    return info, errors + errs
+
+
+def _config_sources(model: dict[str, Any], section: str) -> list[tuple[str, Any]]:
+    """Where a model section's config.json comes from: (loc, the path or hub name)."""
+    nested = model.get("config") if is_target_section(model.get("config")) else {}
+    return [
+        (f"{section}.pretrained_model_name_or_path", model.get("pretrained_model_name_or_path")),
+        (f"{section}.config", model.get("config")),
+        (
+            f"{section}.config.pretrained_model_name_or_path",
+            nested.get("pretrained_model_name_or_path"),
+        ),
+    ]
+
+
+def _override_errors(
+    model: dict[str, Any], section: str, config: dict[str, Any] | None
+) -> tuple[list[FieldError], list[FieldError]]:
+    """Config overrides on the loader and on a nested AutoConfig, against the stored config."""
+    pretrained = "pretrained_model_name_or_path" in model
+    errors, warnings = check_overrides(model, section, config, pretrained)
+    if is_target_section(model.get("config")):
+        errs, warns = check_overrides(model["config"], f"{section}.config", config, False)
+        errors, warnings = errors + errs, warnings + warns
+    return errors, warnings
 
 
 def _teacher_errors(
@@ -232,6 +267,13 @@ def _bounds(out: dict[str, Any], accelerator: str) -> list[FieldError]:
     return errors + errs
 
 
+def _target_section_warnings(out: dict[str, Any]) -> list[FieldError]:
+    return [
+        w for name in TARGET_SECTIONS if isinstance(out.get(name), dict)
+        for w in target_warnings(out[name], name)
+    ]  # fmt: skip
+
+
 def automodel_forms(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldError]]:
     """AutoModel's side sections, ignored keys and value forms folded in place: (errors, warnings)."""
     errors = family_section_errors(data)
@@ -271,6 +313,7 @@ def normalize_recipe(
     errors += check_checkpoint_paths(out["checkpoint"], out["restore_from"], settings, scope)
     info, errs = _model_info(out.get("model"), checks, settings.allowed_data_roots())
     errors += errs + _teacher_errors(out, checks, settings.allowed_data_roots(), info)
+    warnings += info.warnings + _target_section_warnings(out)
     if setup is not None:
         errors += capability_errors(info.architecture, out["distributed"], out["peft"] is not None)
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)
