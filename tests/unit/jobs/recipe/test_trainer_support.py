@@ -20,6 +20,8 @@ REFUSING_CODES = {"INVALID_RECIPE", "UNSUPPORTED"}
 # the same recipes first (so the trainer site is a guard that validated jobs never reach).
 SUBMIT_TIME = {
     ("trainer/__main__.py", "_invalid"): "jobs.recipe.validation:validate_job",
+    # a tracker package missing where the job runs: refused at submit against live workers
+    ("trainer/trackers.py", "_require"): "jobs.recipe.requirements:requirement_errors",
     ("trainer/builders.py", "build_target"): "jobs.recipe.targets:check_target_section",
     ("trainer/parallelize.py", "apply_tensor_parallel"): "jobs.recipe.model_config:capability_errors",
     ("trainer/parallelize.py", "apply_expert_parallel"): "jobs.recipe.model_config:capability_errors",
