@@ -165,6 +165,20 @@ def test_stale_workers_are_marked_lost(project_id):
         assert session.get(Worker, "hb-worker").status == "online"
 
 
+def test_a_worker_advertises_the_optional_packages_it_can_import(project_id):
+    from jobs.recipe.requirements import importable
+    from worker.config import WorkerConfig
+    from worker.state import WorkerState
+
+    state = WorkerState(WorkerConfig(name="pkg-worker"))
+    state.beat()
+    with session_scope() as session:
+        advertised = session.get(Worker, "pkg-worker").resources["packages"]
+    assert advertised == sorted(advertised)
+    for package in ("wandb", "mlflow", "transformer_engine", "dion"):
+        assert (package in advertised) == importable(package)
+
+
 def test_bulk_copy_path_is_idempotent_and_fenced_by_attempt(project_id):
     from jobs.store.engine import session_factory
     from jobs.store.ingest import COPY_THRESHOLD, upsert_metrics
