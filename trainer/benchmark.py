@@ -128,6 +128,7 @@ def run_benchmark(run: TrainingRun, log: RunLog) -> ExitCode:
     """Warm-up then measured steps up to `max_steps`; a summary event, then `finished`.
     SIGTERM ends it after the step in flight with `preempted` and no summary: a retry
     measures again from the start rather than joining two runs' timings."""
+    log.open_trackers(run.recipe)
     return with_preemption(_benchmark_loop, run, log)
 
 

@@ -182,6 +182,7 @@ def with_preemption(loop: Loop, run: TrainingRun, log: RunLog) -> ExitCode:
 
 
 def train(run: TrainingRun, log: RunLog) -> ExitCode:
+    log.open_trackers(run.recipe)
     return with_preemption(_train_loop, run, log)
 
 

@@ -3,6 +3,7 @@
 Rank 0 appends one JSON line per record to `D/metrics.jsonl` and per lifecycle event to
 `D/events.jsonl`, flushing each line before training goes on, so a crash loses at most
 the step in flight. Record shapes are the contract the worker ingests (see the brief).
+`RunLog` also hands every record to the recipe's experiment trackers (`trainer.trackers`).
 MFU divides model FLOPs (`models.hooks.model_flops_per_token`) by the devices' peak:
 a table of dense bf16 peaks for GPUs, or on CPU a float32 matmul rate measured once.
 """
@@ -18,7 +19,9 @@ from typing import Any, TextIO
 import psutil
 import torch
 
+from jobs.recipe.typed import Recipe
 from models.hooks import model_flops_per_token
+from trainer.trackers import FAILED, FINISHED, KILLED, GuardedTracker, open_trackers
 
 # Dense (no sparsity) bf16 tensor-core peaks in FLOP/s, matched against the device name.
 GPU_PEAK_FLOPS = (
@@ -85,20 +88,47 @@ class JsonlWriter:
             self._file = None
 
 
+# The event that settles how a run ends, as the trackers are told at close.
+OUTCOME_EVENTS = {"failed": FAILED, "preempted": KILLED}
+
+
 class RunLog:
-    """The run dir's two logs: `metrics.jsonl` (MetricsSample) and `events.jsonl`."""
+    """The run dir's two logs, `metrics.jsonl` (MetricsSample) and `events.jsonl`, and the
+    recipe's experiment trackers, which see every record `metrics.jsonl` gets (rank 0)."""
 
     def __init__(self, run_dir: Path, is_rank0: bool):
+        self.run_dir, self.is_rank0 = run_dir, is_rank0
         self.metrics = JsonlWriter(run_dir / "metrics.jsonl", is_rank0)
         self.events = JsonlWriter(run_dir / "events.jsonl", is_rank0)
+        self.trackers: list[GuardedTracker] = []
+        self.outcome, self.step = FINISHED, 0
+
+    def open_trackers(self, recipe: Recipe) -> None:
+        """Start the recipe's `wandb:` / `mlflow:` trackers; only rank 0 has any."""
+        if self.is_rank0 and not self.trackers:
+            self.trackers = open_trackers(recipe, self.run_dir, self._tracker_warning)
+
+    def _tracker_warning(self, tracker: str, message: str) -> None:
+        self.event("tracker_warning", self.step, tracker=tracker, message=message)
 
     def record(self, sample: TrainRecord | ValRecord) -> None:
-        self.metrics.write(asdict(sample))
+        data = asdict(sample)
+        self.metrics.write(data)
+        self.step = sample.step
+        for tracker in self.trackers:
+            if sample.kind == "val":
+                tracker.log_val(data)
+            else:
+                tracker.log_train(data)
 
     def event(self, name: str, step: int, **fields: Any) -> None:
+        self.outcome = OUTCOME_EVENTS.get(name, self.outcome)
         self.events.write({"event": name, "step": step, "timestamp": time.time(), **fields})
 
     def close(self) -> None:
+        trackers, self.trackers = self.trackers, []
+        for tracker in trackers:
+            tracker.finish(self.outcome)
         self.metrics.close()
         self.events.close()
 

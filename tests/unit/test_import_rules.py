@@ -104,6 +104,8 @@ ALLOWED: dict[str, Allowed] = {
             "models.qwen2",
             "models.qwen3",
             "models.qwen3_moe",
+            "wandb",  # optional experiment trackers, imported inside trainer.trackers only
+            "mlflow",
         },
     ),  # fmt: skip
     "models": allow(
