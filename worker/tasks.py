@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from jobs.orchestration.claims import claim_job
+from jobs.orchestration.claims import claim_job, join_gang
 from jobs.orchestration.policy import Outcome, Verdict
 from jobs.store.engine import session_scope
 from jobs.store.leases import Claim, renew_lease, take_gang_slot
@@ -60,7 +60,7 @@ def _claim_or_join(job_id: str, worker: str, config: WorkerConfig) -> Claim | No
         if claim is not None:
             return claim
     with session_scope() as session:
-        return take_gang_slot(session, job_id, worker)
+        return join_gang(session, job_id, worker, packages=worker_state().packages)
 
 
 def _gather_gang(claim: Claim, worker: str, config: WorkerConfig) -> bool:

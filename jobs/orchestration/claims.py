@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from jobs.orchestration.states import transition
 from jobs.recipe.requirements import missing_packages
-from jobs.store.leases import Claim, claim_of, lease_until
+from jobs.store.leases import Claim, claim_of, lease_until, take_gang_slot
 from jobs.store.queries import lock_job
 from jobs.store.status import JobStatus
 from jobs.store.tables import Job, JobEvent
@@ -57,6 +57,19 @@ def claim_job(
         run_dir=job.run_dir or run_dir,
     )
     return claim_of(job)
+
+
+def join_gang(
+    session: Session, job_id: str, worker: str, packages: Iterable[str] | None = None
+) -> Claim | None:
+    """A slot of a gathering multi-node job, unless the worker lacks a package it requires."""
+    job = session.get(Job, job_id)
+    needs = (job.plan or {}).get("requires") or {} if job is not None else {}
+    missing = [] if packages is None else missing_packages(needs, packages)
+    if job is not None and missing:
+        _note_unmet(session, job, worker, missing)
+        return None
+    return take_gang_slot(session, job_id, worker)
 
 
 def _note_unmet(session: Session, job: Job, worker: str, missing: list[str]) -> None:

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import delete
 
-from jobs.orchestration.claims import UNMET_EVENT, claim_job
+from jobs.orchestration.claims import UNMET_EVENT, claim_job, join_gang
 from jobs.store.leases import record_heartbeat
 from jobs.store.tables import Job, JobEvent, Worker, utcnow
 
@@ -96,3 +96,16 @@ def test_only_a_worker_with_the_package_claims_it(client, stack, body, gpu_queue
                           packages=["transformer_engine"])  # fmt: skip
         session.commit()
         assert claim is not None and session.get(Job, job_id).status == "starting"
+
+
+def test_a_worker_without_the_package_does_not_join_a_gang(client, stack, body, gpu_queue):
+    nproc, queue = gpu_queue
+    _worker(stack, queue, ["transformer_engine"])
+    answer = submit(client, stack, _body(body, nproc))
+    assert answer.status_code == 201, answer.text
+    job_id = answer.json()["id"]
+    with stack.session() as session:
+        assert join_gang(session, job_id, "w-lacking", packages=[]) is None
+        session.commit()
+        [event] = session.query(JobEvent).filter_by(job_id=job_id, kind=UNMET_EVENT).all()
+        assert event.data == {"worker": "w-lacking", "missing": ["transformer_engine"]}
