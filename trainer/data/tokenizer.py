@@ -72,8 +72,25 @@ def from_pretrained(
 def nemo_from_pretrained(
     pretrained_model_name_or_path: str,
     *,
-    force_hf: bool = False,
-    **kwargs: Any,
+    trust_remote_code: bool = False,
+    use_fast: bool | None = None,
+    revision: str | None = None,
+    subfolder: str | None = None,
+    model_max_length: int | None = None,
+    legacy: bool | None = None,
+    padding_side: str | None = None,
+    truncation_side: str | None = None,
+    add_bos_token: bool | None = None,
+    add_eos_token: bool | None = None,
+    force_hf: bool = False,  # the plain tokenizer is what tuneyard's datasets want anyway
 ) -> Any:
     """AutoModel's `NeMoAutoTokenizer.from_pretrained`: the same tokenizer (see the module)."""
-    return from_pretrained(pretrained_model_name_or_path, **kwargs)
+    return from_pretrained(
+        pretrained_model_name_or_path,
+        trust_remote_code=trust_remote_code,
+        use_fast=use_fast,
+        revision=revision,
+        subfolder=subfolder,
+        model_max_length=model_max_length,
+        legacy=legacy,
+    )
