@@ -3,13 +3,15 @@
 An offline W&B run keeps every record it was sent in `run-<id>.wandb`: a log of 32 KiB
 blocks (W&B's LevelDB-style format: a 7-byte file header, then records of a 7-byte header
 — CRC, little-endian length, type — and a protobuf `Record`, split across blocks when
-long). Reading that file needs no network and no `wandb sync`.
+long). Reading that file needs no network and no `wandb sync`. The service writes it
+after `finish()` returns, so `wandb_runs` waits for each run's exit record.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,9 +53,15 @@ def _payloads(data: bytes) -> list[bytes]:
     return out
 
 
-def wandb_runs(directory: Path) -> list[WandbRun]:
-    """Every offline run under `directory` (the `dir` given to wandb.init)."""
-    return [read_wandb_file(p) for p in sorted(directory.glob("wandb/offline-run-*/run-*.wandb"))]
+def wandb_runs(directory: Path, timeout: float = 30.0) -> list[WandbRun]:
+    """Every offline run under `directory` (the `dir` given to wandb.init), once each has
+    its exit record: W&B's service writes the file after `finish()` has returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = [read_wandb_file(p) for p in sorted(directory.glob("wandb/offline-run-*/run-*.wandb"))]  # fmt: skip
+        if all(r.exit_code is not None for r in runs) or time.monotonic() > deadline:
+            return runs
+        time.sleep(0.1)
 
 
 def read_wandb_file(path: Path) -> WandbRun:
