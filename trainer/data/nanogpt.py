@@ -22,12 +22,14 @@ position restores the exact data order on resume, which a stream could not.
 from __future__ import annotations
 
 import glob
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from torch.utils.data import Dataset
 
+from trainer.data.megatron_index import advise_random
 from trainer.errors import data_error
 
 MAGIC = 278895051
@@ -97,7 +99,16 @@ def _bos_positions(path: Path, dtype: np.dtype, count: int, bos: int) -> np.ndar
         for start in range(0, count, _SCAN_TOKENS):
             chunk = np.fromfile(stream, dtype=dtype, count=min(_SCAN_TOKENS, count - start))
             found.append(np.flatnonzero(chunk == bos) + start)
+            _forget(stream.fileno(), HEADER_BYTES + start * dtype.itemsize, chunk.nbytes)
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def _forget(fd: int, offset: int, length: int) -> None:
+    """Drop scanned pages from the page cache: left there (in large folios), every later
+    sample's page fault would map a whole cached folio and the rank's resident set would
+    grow to the shard's size."""
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
 def window_starts(bos_positions: np.ndarray, count: int, window: int) -> np.ndarray:
@@ -153,8 +164,8 @@ class NanogptDataset(Dataset):
     def _tokens(self, shard: int) -> np.ndarray:
         if shard not in self._maps:  # mapped on first use: a worker maps only what it reads
             dtype, count = self.dtypes[shard]
-            self._maps[shard] = np.memmap(
-                self.files[shard], dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(count,)
+            self._maps[shard] = advise_random(
+                np.memmap(self.files[shard], dtype, "r", offset=HEADER_BYTES, shape=(count,))
             )
         return self._maps[shard]
 

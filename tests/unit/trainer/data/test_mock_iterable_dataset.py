@@ -1,0 +1,28 @@
+"""MockIterableDataset: reproducible per index, AutoModel's sizes and label layout."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.data.collate import Collator
+from trainer.data.mock import MockIterableDataset
+
+
+def test_each_index_is_reproducible_and_distinct():
+    a, b = MockIterableDataset(vocab_size=50, seq_length=12, num_samples=6, seed=3), None
+    b = MockIterableDataset(vocab_size=50, seq_length=12, num_samples=6, seed=3)
+    assert [a[i] for i in range(6)] == [b[i] for i in reversed(range(6))][::-1]
+    assert len({tuple(a[i]["input_ids"]) for i in range(6)}) == 6
+    other = MockIterableDataset(vocab_size=50, seq_length=12, num_samples=6, seed=4)
+    assert other[0] != a[0]
+    assert all(0 <= t < 50 for i in range(6) for t in a[i]["input_ids"])
+
+
+def test_batch_size_multiplies_the_samples_and_labels_match_automodels():
+    ds = MockIterableDataset(vocab_size=30, seq_length=10, num_samples=4, batch_size=3)
+    assert len(ds) == 12
+    sample = ds[11]
+    labels = Collator(0)([sample])["labels"][0].tolist()
+    assert labels == sample["input_ids"][1:] + [-100]  # AutoModel: shifted, last -100
+    with pytest.raises(IndexError):
+        ds[12]
