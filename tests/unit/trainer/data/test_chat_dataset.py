@@ -5,8 +5,8 @@ packing; a hub-cache repo with Arrow-typed (null-filled) rows; malformed rows na
 from __future__ import annotations
 
 import pytest
-from conftest import context_of, targets_of
 from fake_hub import write_hub_dataset
+from sample_text import context_of, targets_of
 from sft_fixtures import TOOL_TEMPLATE, chat_rows, write_jsonl
 
 from trainer.data.chat import ChatDataset

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import context_of, targets_of
+from sample_text import context_of, targets_of
 from sft_fixtures import instruction_rows, natural_instruction_rows, write_csv
 
 from trainer.data.column_mapped import ColumnMappedTextInstructionDataset as Mapped

@@ -4,8 +4,8 @@ exactly the correct ending and EOS; splits slice, the limit limits, unlabeled ro
 from __future__ import annotations
 
 import pytest
-from conftest import context_of, targets_of
 from fake_hub import write_hub_dataset
+from sample_text import context_of, targets_of
 from sft_fixtures import hellaswag_rows, write_jsonl, write_parquet
 
 from trainer.data.hellaswag import HellaSwag
