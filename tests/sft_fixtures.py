@@ -15,8 +15,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-from trainer.assets import instruction_pairs
-
 TOOL_TEMPLATE = (
     "{% if tools %}<|system|>{{ tools | tojson }}<|end|>{% endif %}"
     "{% for m in messages %}<|{{ m['role'] }}|>"
@@ -33,6 +31,14 @@ REVERSE_TOOL = {
         "parameters": {"type": "object", "properties": {"digits": {"type": "string"}}},
     },
 }
+
+
+def instruction_pairs(n: int, seed: int = 0) -> list[dict[str, str]]:
+    """n prompt/completion pairs `Reverse 123:` -> ` 3 2 1` (this module's own, so the
+    files stay the same whatever the trainer's demo assets become)."""
+    rng = random.Random(seed)
+    digits = [str(rng.randint(10, 99999)) for _ in range(n)]
+    return [{"prompt": f"Reverse {d}:", "completion": " " + " ".join(d[::-1])} for d in digits]
 
 
 def hellaswag_rows(n: int, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:

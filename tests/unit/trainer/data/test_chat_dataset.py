@@ -15,21 +15,26 @@ from trainer.errors import TrainerError
 
 
 def test_tool_calls_and_answers_are_targets_tool_results_are_not(tmp_path, tok):
-    path = write_jsonl(tmp_path / "chat.jsonl", chat_rows(3, tool_every=2))
-    ds = ChatDataset(str(path), tok, chat_template=TOOL_TEMPLATE)
+    rows = chat_rows(3, tool_every=2)
+    ds = ChatDataset(
+        str(write_jsonl(tmp_path / "chat.jsonl", rows)), tok, chat_template=TOOL_TEMPLATE
+    )
     tool_row, plain_row = ds[0], ds[1]
     # row 0: user, assistant tool call, tool result, assistant answer (tools in the system part)
+    user, call, result, answer = rows[0]["messages"]
+    digits = call["tool_calls"][0]["function"]["arguments"]["digits"]
     assert targets_of(tok, tool_row) == (
-        '<call>reverse {"digits": "50504"}</call><|end|>4 0 5 0 5<|end|>'
+        f'<call>reverse {{"digits": "{digits}"}}</call><|end|>{answer["content"]}<|end|>'
     )
     context = context_of(tok, tool_row)
     assert context.startswith('<|system|>[{"type": "function"')
     assert context.endswith(
-        "<|user|>Reverse 50504:<|end|><|assistant|><|tool|>4 0 5 0 5<|end|><|assistant|>"
+        f"<|user|>{user['content']}<|end|><|assistant|><|tool|>{result['content']}<|end|>"
+        "<|assistant|>"
     )
-    assert targets_of(tok, plain_row) == "6 5 3 9 9<|end|>"
+    assert targets_of(tok, plain_row) == rows[1]["messages"][-1]["content"] + "<|end|>"
     # the ids are the template's own rendering, tokenized once
-    full = tok.apply_chat_template(chat_rows(3, tool_every=2)[1]["messages"], tokenize=False)
+    full = tok.apply_chat_template(rows[1]["messages"], tokenize=False)
     assert plain_row["input_ids"] == tok(full, add_special_tokens=False)["input_ids"]
 
 
@@ -39,10 +44,12 @@ def test_a_generation_marked_template_masks_through_transformers(tmp_path, tok):
         "{% generation %}{{ m['content'] }}<|end|>{% endgeneration %}"
         "{% else %}{{ m['content'] }}<|end|>{% endif %}{% endfor %}"
     )
-    path = write_jsonl(tmp_path / "chat.jsonl", chat_rows(2, tool_every=0))
+    rows = chat_rows(2, tool_every=0)
+    path = write_jsonl(tmp_path / "chat.jsonl", rows)
     sample = ChatDataset(str(path), tok, chat_template=template)[0]
-    assert targets_of(tok, sample) == "4 0 5 0 5<|end|>"
-    assert context_of(tok, sample) == "<|user|>Reverse 50504:<|end|><|assistant|>"
+    user, answer = rows[0]["messages"]
+    assert targets_of(tok, sample) == answer["content"] + "<|end|>"
+    assert context_of(tok, sample) == f"<|user|>{user['content']}<|end|><|assistant|>"
 
 
 def test_truncation_cuts_to_seq_length_and_drops_rows_without_targets(tmp_path, tok):
@@ -92,8 +99,10 @@ def test_a_hub_repo_of_arrow_typed_rows_drops_the_null_filled_keys(
     write_hub_dataset(hub, "org/toolcalls", {"train": rows}, config="default")
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     ds = ChatDataset("org/toolcalls", tok, split="train", chat_template=TOOL_TEMPLATE)
-    assert targets_of(tok, ds[0]).startswith('<call>reverse {"digits": "50504"}</call>')
-    assert targets_of(tok, ds[1]) == "6 5 3 9 9<|end|>"  # tool_calls: null on it is dropped
+    digits = rows[0]["messages"][1]["tool_calls"][0]["function"]["arguments"]["digits"]
+    assert targets_of(tok, ds[0]).startswith(f'<call>reverse {{"digits": "{digits}"}}</call>')
+    # row 1 has no tool call: Arrow's null tool_calls on it is dropped
+    assert targets_of(tok, ds[1]) == rows[1]["messages"][-1]["content"] + "<|end|>"
 
 
 @pytest.mark.parametrize(
