@@ -11,6 +11,7 @@ with the checkpoint path and how to load it with transformers.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -178,6 +179,10 @@ def up(
         console().print("stopped")
 
 
+DEMO_MODEL = {"hidden_size": 128, "intermediate_size": 256}  # masters the task in ~200 steps
+DEMO_TRAIN, DEMO_HELD_OUT = 2000, 5
+
+
 def build_demo_assets(directory: Path) -> dict[str, Path]:
     """A tiny Llama + tokenizer and a reverse-the-digits instruction set (train and val)."""
     from transformers.utils import logging as hf_logging
@@ -187,11 +192,42 @@ def build_demo_assets(directory: Path) -> dict[str, Path]:
     hf_logging.disable_progress_bar()  # the demo shows its own progress
 
     model_dir = directory / "model"
-    if not (model_dir / "config.json").exists():
-        build_tiny_llama(model_dir)
-    train = write_instruction_jsonl(directory / "data" / "train.jsonl", n=512, seed=0)
+    config = model_dir / "config.json"
+    if not config.exists() or json.loads(config.read_text())["hidden_size"] != 128:
+        build_tiny_llama(model_dir, **DEMO_MODEL)
+    train = write_instruction_jsonl(directory / "data" / "train.jsonl", n=DEMO_TRAIN, seed=0)
     val = write_instruction_jsonl(directory / "data" / "val.jsonl", n=64, seed=1)
     return {"model": model_dir, "train": train, "val": val}
+
+
+def held_out_prompts() -> list[dict[str, str]]:
+    """Prompts the demo never trains on (nor validates on): the before/after table's rows."""
+    from trainer.assets import held_out_pairs, instruction_pairs
+
+    seen = instruction_pairs(DEMO_TRAIN, seed=0) + instruction_pairs(64, seed=1)
+    return held_out_pairs(DEMO_HELD_OUT, seen)
+
+
+def answer_table(pairs: list[dict[str, str]], before: list[str], after: list[str]) -> Any:
+    """Prompt, expected answer, the model's greedy answer before and after, and right/wrong."""
+    from rich.table import Table
+
+    table = Table(title="held-out prompts (never trained on)")
+    for column in ("prompt", "expected", "before", "", "after", " "):
+        table.add_column(column)
+    for pair, old, new in zip(pairs, before, after, strict=True):
+        want = pair["completion"].strip()
+        table.add_row(pair["prompt"], want, old or "(nothing)", _mark(old == want),
+                      new or "(nothing)", _mark(new == want))  # fmt: skip
+    return table
+
+
+def _mark(right: bool) -> str:
+    return "[green]right[/green]" if right else "[red]wrong[/red]"
+
+
+def right_count(pairs: list[dict[str, str]], answers: list[str]) -> int:
+    return sum(a == p["completion"].strip() for p, a in zip(pairs, answers, strict=True))
 
 
 def demo_recipe(assets: dict[str, Path], max_steps: int) -> dict[str, Any]:
@@ -223,7 +259,7 @@ def demo_recipe(assets: dict[str, Path], max_steps: int) -> dict[str, Any]:
         },
         "dataset": dataset(assets["train"]),
         "validation_dataset": dataset(assets["val"]),
-        "optimizer": {"_target_": "torch.optim.AdamW", "lr": 3e-3, "weight_decay": 0.0},
+        "optimizer": {"_target_": "torch.optim.AdamW", "lr": 2e-3, "weight_decay": 0.0},
         "checkpoint": {"enabled": True},
     }
 
@@ -239,7 +275,7 @@ def loading_snippet(model_dir: Path) -> str:
         "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
         f'model = AutoModelForCausalLM.from_pretrained("{model_dir}")\n'
         f'tokenizer = AutoTokenizer.from_pretrained("{model_dir}")\n'
-        'inputs = tokenizer("Reverse 1234:", return_tensors="pt")\n'
+        'inputs = tokenizer("<s>Reverse 1 2 3 4:", return_tensors="pt", add_special_tokens=False)\n'
         "print(tokenizer.decode(model.generate(**inputs, max_new_tokens=8)[0]))"
     )
 
@@ -259,6 +295,10 @@ def demo(
     directory = home / "demo"
     console().print(f"building a tiny Llama and a dataset in {directory} ...")
     assets = build_demo_assets(directory)
+    from trainer.assets import greedy_answers
+
+    held_out = held_out_prompts()
+    before = greedy_answers(assets["model"], [p["prompt"] for p in held_out])
     stack = LocalStack("127.0.0.1", free_port(port), directory / "logs", embedded=True)
     console().print("starting the API, a worker and the scheduler (embedded SQLite) ...")
     try:
@@ -276,7 +316,12 @@ def demo(
             if not no_browser:
                 webbrowser.open(url)
             job = watch_job(client, job["id"], 1.0, console(), as_json=False)
-            report_demo(client, job, assets, stack)
+            model_dir = report_demo(client, job, assets, stack)
+            after = greedy_answers(model_dir, [p["prompt"] for p in held_out])
+            console().print(answer_table(held_out, before, after))
+            console().print(f"held-out answers right: {right_count(held_out, before)}/"
+                            f"{len(held_out)} before -> {right_count(held_out, after)}/"
+                            f"{len(held_out)} after training")  # fmt: skip
     except RuntimeError as exc:
         console().print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None
@@ -287,7 +332,8 @@ def demo(
 
 def report_demo(
     client: TuneyardClient, job: dict, assets: dict[str, Path], stack: LocalStack
-) -> None:
+) -> Path:
+    """The job's outcome and loss; returns the checkpoint's transformers-loadable folder."""
     if job["status"] != JobStatus.SUCCEEDED:
         console().print(f"[red]demo job {job['status']}:[/red] {job.get('error_message') or ''}")
         console().print(f"logs: tuneyard logs {job['id']} (stack logs in {stack.log_dir})")
@@ -306,6 +352,7 @@ def report_demo(
     console().print("load it with transformers:\n")
     console().print(loading_snippet(model_dir), markup=False)
     console().print("\nbrowse the dashboard again with `tuneyard up`.")
+    return model_dir
 
 
 def register(app: typer.Typer) -> None:

@@ -3,8 +3,8 @@
 Tests, benchmarks and `tuneyard demo` need a model and data without touching a hub. The
 tokenizer is a byte-level BPE trained in a fraction of a second on the generated corpus;
 the model is a Llama-style config with seeded random weights saved as safetensors; the data
-is an instruction task a small model visibly learns (spell out a number's digits in reverse
-order), so the loss falls within a few dozen steps.
+is an instruction task a small model visibly learns (reverse four spaced digits), so the
+loss falls within a few dozen steps and held-out prompts come out right within a few hundred.
 """
 
 from __future__ import annotations
@@ -29,14 +29,48 @@ SPECIAL_TOKENS = [
 ]
 
 
+DIGITS = 4  # per reversal task: short enough for a tiny model to master in minutes on CPU
+
+
+def reversal_pair(digits: str) -> dict[str, str]:
+    """`Reverse 3 8 1 5:` -> ` 5 1 8 3`: spaced digits, so every digit is its own token."""
+    return {"prompt": f"Reverse {' '.join(digits)}:", "completion": " " + " ".join(digits[::-1])}
+
+
 def instruction_pairs(n: int, seed: int = 0) -> list[dict[str, str]]:
-    """n prompt/completion pairs: reverse the digits of a number."""
+    """n prompt/completion pairs: reverse a sequence of DIGITS digits."""
     rng = random.Random(seed)
-    pairs = []
-    for _ in range(n):
-        digits = str(rng.randint(10, 99999))
-        pairs.append({"prompt": f"Reverse {digits}:", "completion": " " + " ".join(digits[::-1])})
-    return pairs
+    return [reversal_pair("".join(rng.choice("0123456789") for _ in range(DIGITS)))
+            for _ in range(n)]  # fmt: skip
+
+
+def held_out_pairs(n: int, seen: list[dict[str, str]], seed: int = 1234) -> list[dict[str, str]]:
+    """n reversal pairs none of which is in `seen`: what a demo asks after training."""
+    known, rng, found = {p["prompt"] for p in seen}, random.Random(seed), []
+    while len(found) < n:
+        pair = reversal_pair("".join(rng.choice("0123456789") for _ in range(DIGITS)))
+        if pair["prompt"] not in known:
+            known.add(pair["prompt"])
+            found.append(pair)
+    return found
+
+
+def greedy_answers(model_dir: Path, prompts: list[str], max_new_tokens: int = 12) -> list[str]:
+    """What the model in `model_dir` (with its tokenizer) answers each prompt, greedily."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    answers = []
+    for prompt in prompts:
+        ids = [tokenizer.bos_token_id, *tokenizer(prompt)["input_ids"]]
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens,
+                                 do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+        answers.append(tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True).strip())
+    return answers
 
 
 def write_instruction_jsonl(path: Path, n: int = 256, seed: int = 0) -> Path:

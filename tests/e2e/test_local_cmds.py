@@ -78,6 +78,13 @@ def test_demo_trains_a_model_that_transformers_loads(tmp_path, tuneyard):
     assert elapsed < BUDGET_S, f"the demo took {elapsed:.0f}s"
     assert "demo job succeeded" in result.stdout
     assert "train loss fell from" in result.stdout
+    # the before/after table of held-out prompts: most answers right after training
+    score = re.search(
+        r"held-out answers right: (\d+)/(\d+) before -> (\d+)/(\d+) after", result.stdout
+    )
+    assert score, result.stdout[-3000:]
+    before, total, after = int(score.group(1)), int(score.group(2)), int(score.group(3))
+    assert total == 5 and before <= 1 and after >= 4, score.group(0)
     assert re.search(r"watch it live at http://127\.0\.0\.1:\d+/jobs/[0-9a-f-]{36}", result.stdout)
 
     model_dir = Path(re.search(r"checkpoint: (\S+)", result.stdout).group(1))
@@ -85,7 +92,7 @@ def test_demo_trains_a_model_that_transformers_loads(tmp_path, tuneyard):
 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    assert model.config.num_hidden_layers == 2 and tokenizer("Reverse 12:")["input_ids"]
+    assert model.config.num_hidden_layers == 2 and tokenizer("Reverse 1 2 3 4:")["input_ids"]
 
     run_dir = model_dir.parents[2]
     losses = [r["loss"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
