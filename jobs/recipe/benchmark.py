@@ -33,8 +33,8 @@ def check_benchmark(
     if out["recipe"] != BENCHMARK_RECIPE:
         if raw is None:
             return [], []
-        fix = "set recipe: llm_benchmark, or remove benchmark"
-        return [FieldError("benchmark", "only a benchmark recipe reads this section", fix)], []
+        msg = "accepted and ignored: only a benchmark recipe (recipe: llm_benchmark) reads it"
+        return [], [FieldError("benchmark", msg)]
     section, errors = _validate_section(raw)
     if section is None:
         return errors, []

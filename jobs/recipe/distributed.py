@@ -141,6 +141,11 @@ class PipelineConfig:
     pp_microbatch_size: PositiveInt = 1
     layers_per_stage: PositiveInt | None = None
     scale_grads_in_schedule: bool = False
+    # AutoModel's stage-splitting and patching switches (read with pp_size > 1 only)
+    round_virtual_stages_to_pp_multiple: Literal["up", "down"] | None = None
+    patch_inner_model: bool = True
+    patch_causal_lm_model: bool = True
+    dtype: str | None = None
 
 
 @pydantic_dataclass(frozen=True, config=_STRICT)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jobs.recipe.automodel_blocks import fold_automodel_blocks
 from jobs.recipe.automodel_forms import check_warmup_decay, fold_value_forms
 from jobs.recipe.automodel_sections import family_section_errors, fold_side_sections
 from jobs.recipe.benchmark import check_benchmark
@@ -278,6 +279,8 @@ def automodel_forms(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldE
     """AutoModel's side sections, ignored keys and value forms folded in place: (errors, warnings)."""
     errors = family_section_errors(data)
     warnings = fold_side_sections(data)
+    block_errors, block_warnings = fold_automodel_blocks(data)
+    errors, warnings = errors + block_errors, warnings + block_warnings
     form_errors, form_warnings = fold_value_forms(data)
     return errors + form_errors, warnings + form_warnings
 

@@ -59,6 +59,9 @@ SECTION_MARKERS = {
 COLLATE_FNS = {
     "nemo_automodel.components.datasets.utils.default_collater",
     "tuneyard.datasets.default_collater",
+    # torch's stacking collate: the same batch for fixed-length samples (pretraining data)
+    "torch.utils.data.default_collate",
+    "torch.utils.data.dataloader.default_collate",
 }
 
 

@@ -105,9 +105,6 @@ def _checkpoint_errors(checkpoint: dict[str, Any]) -> list[FieldError]:
         errors.append(
             FieldError("checkpoint.model_save_format", msg, "set model_save_format: safetensors")
         )
-    if checkpoint.get("save_consolidated") is False:
-        msg = f"save_consolidated: false {NOT_YET}: every checkpoint is consolidated"
-        errors.append(FieldError("checkpoint.save_consolidated", msg, "remove save_consolidated"))
     return errors
 
 

@@ -104,8 +104,9 @@ def test_an_escaping_split_mapping_and_mapping_dir_are_refused(validate, recipe,
         ({"dataloader_type": "random"}, "dataset.dataloader_type"),
         ({"seq_length": -1}, "dataset.seq_length"),
         ({"seq_len": 32}, "dataset.seq_len"),
+        # a nested tokenizer becomes the recipe's tokenizer section, checked there
         ({"tokenizer": {"_target_": "transformers.AutoTokenizer.from_pretrained"}},
-         "dataset.tokenizer"),
+         "tokenizer.pretrained_model_name_or_path"),
     ],
 )  # fmt: skip
 def test_bad_megatron_keywords_are_refused_at_their_field(validate, recipe, corpus, change, loc):

@@ -81,8 +81,6 @@ CASES = [
     ({"distributed": {"strategy": "fsdp2", "cp_size": 2}}, 2, "distributed.cp_size"),
     ({"distributed": {"strategy": "megatron_fsdp"}}, 1, "distributed.strategy"),
     ({"peft": {"dim": 4}, "distributed": {"strategy": "fsdp2", "tp_size": 2}}, 2, "distributed.tp_size"),
-    ({"checkpoint": {"model_save_format": "torch_save"}}, 1, "checkpoint.model_save_format"),
-    ({"checkpoint": {"save_consolidated": False}}, 1, "checkpoint.save_consolidated"),
     ({"dist_env": {"backend": "nccl"}}, 1, "dist_env.backend"),
 ]  # fmt: skip
 

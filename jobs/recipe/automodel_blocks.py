@@ -1,0 +1,164 @@
+"""AutoModel blocks that tuneyard reads from another place, or accepts as an equivalent.
+
+`fold_automodel_blocks` rewrites, in place and before the schema sees them:
+- `distributed_config: {_target_: ...FSDP2Config | MegatronFSDPConfig | DDPConfig, ...}`
+  (AutoModel's strategy block beside the sizes in `distributed:`) into `distributed:`;
+- `distributed.mp_policy: {_target_: torch.distributed.fsdp.MixedPrecisionPolicy, ...}`
+  into the plain policy mapping;
+- `model.config: {_target_: transformers.LlamaConfig, ...}` (a transformers config class)
+  into the config mapping with its `model_type`;
+- `checkpoint.save_consolidated: false` and `model_save_format: torch_save` into
+  tuneyard's one checkpoint format, with a warning saying what is written instead;
+- a `tokenizer: {_target_: ...}` inside a dataset block into the recipe's `tokenizer:`
+  section (one tokenizer serves every dataset);
+- `parallelizer:`, `autopipeline:` and a `benchmark:` block in a training recipe into
+  warnings: tuneyard applies each family's own plan, and only `llm_benchmark` benchmarks.
+A conflict between two places (a strategy named twice, two values for one option) is an
+error at the second place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.recipe.errors import FieldError
+
+AM_DIST = "nemo_automodel.components.distributed.config"
+STRATEGY_CONFIGS = {
+    f"{AM_DIST}.FSDP2Config": "fsdp2",
+    f"{AM_DIST}.MegatronFSDPConfig": "megatron_fsdp",
+    f"{AM_DIST}.DDPConfig": "ddp",
+}
+MP_POLICIES = {
+    "torch.distributed.fsdp.MixedPrecisionPolicy",
+    "torch.distributed._composable.fsdp.MixedPrecisionPolicy",
+    "torch.distributed.fsdp._fully_shard.MixedPrecisionPolicy",
+}
+# transformers config classes by name -> the model_type their config.json carries.
+CONFIG_CLASSES = {
+    "LlamaConfig": "llama", "Qwen2Config": "qwen2", "Qwen3Config": "qwen3",
+    "Qwen3MoeConfig": "qwen3_moe", "Qwen2MoeConfig": "qwen2_moe", "MistralConfig": "mistral",
+    "MixtralConfig": "mixtral", "Gemma2Config": "gemma2", "Gemma3TextConfig": "gemma3_text",
+    "GemmaConfig": "gemma", "Phi3Config": "phi3", "GPT2Config": "gpt2",
+    "DeepseekV3Config": "deepseek_v3", "OlmoConfig": "olmo", "Olmo2Config": "olmo2",
+    "GraniteConfig": "granite", "StarCoder2Config": "starcoder2", "FalconConfig": "falcon",
+}  # fmt: skip
+CONSOLIDATED = ("accepted: tuneyard writes every checkpoint as sharded state plus a "
+                "consolidated Hugging Face safetensors copy (more disk per checkpoint)")  # fmt: skip
+SAFETENSORS = ("accepted: checkpoints are written as safetensors, which torch, transformers "
+               "and peft load")  # fmt: skip
+IGNORED_BLOCKS = {
+    "parallelizer": "tuneyard applies the model family's own parallelize plan (TP, "
+    "activation checkpointing, FSDP2) from the distributed section",
+    "autopipeline": "pipeline settings are read from distributed.pipeline; with pp_size 1 "
+    "there is no pipeline",
+}
+
+
+def _distributed_config(data: dict[str, Any]) -> list[FieldError]:
+    block = data.pop("distributed_config", None)
+    if block is None:
+        return []
+    if not isinstance(block, dict):
+        return [FieldError("distributed_config", "must be a mapping",
+                           "write distributed_config: {_target_: ...FSDP2Config, ...}")]  # fmt: skip
+    block = dict(block)
+    target = block.pop("_target_", None)
+    strategy = STRATEGY_CONFIGS.get(target) if isinstance(target, str) else None
+    if target is not None and strategy is None:
+        fix = "name one of " + ", ".join(sorted(STRATEGY_CONFIGS)) + ", or move the keys"
+        return [
+            FieldError("distributed_config._target_", f"{target!r} is not a strategy config", fix)
+        ]
+    distributed = data.get("distributed")
+    distributed = dict(distributed) if isinstance(distributed, dict) else {}
+    errors = []
+    if strategy is not None:
+        block["strategy"] = strategy
+    for key, value in block.items():
+        if key in distributed and distributed[key] != value and key != "strategy":
+            msg = f"conflicts with distributed.{key} ({value!r} vs {distributed[key]!r})"
+            errors.append(FieldError(f"distributed_config.{key}", msg, "keep one of the two"))
+        elif key == "strategy" and distributed.get("strategy", value) != value:
+            msg = f"names {value} but distributed.strategy is {distributed['strategy']!r}"
+            errors.append(FieldError("distributed_config._target_", msg, "keep one of the two"))
+        else:
+            distributed[key] = value
+    data["distributed"] = distributed
+    return errors
+
+
+def _mp_policy(data: dict[str, Any]) -> list[FieldError]:
+    distributed = data.get("distributed")
+    policy = distributed.get("mp_policy") if isinstance(distributed, dict) else None
+    if isinstance(policy, dict) and policy.get("_target_") in MP_POLICIES:
+        distributed["mp_policy"] = {k: v for k, v in policy.items() if k != "_target_"}
+    return []
+
+
+def _config_class(data: dict[str, Any]) -> list[FieldError]:
+    model = data.get("model")
+    config = model.get("config") if isinstance(model, dict) else None
+    target = config.get("_target_") if isinstance(config, dict) else None
+    if not isinstance(target, str) or not target.startswith("transformers."):
+        return []
+    model_type = CONFIG_CLASSES.get(target.removeprefix("transformers."))
+    if model_type is None:
+        return []  # left for the allowlist to answer (AutoConfig.from_pretrained, or refused)
+    given = config.get("model_type", model_type)
+    if given != model_type:
+        msg = f"{target} has model_type {model_type!r}, not {given!r}"
+        return [FieldError("model.config.model_type", msg, "remove model_type")]
+    model["config"] = {
+        "model_type": model_type,
+        **{k: v for k, v in config.items() if k != "_target_"},
+    }
+    return []
+
+
+def _checkpoint_format(data: dict[str, Any]) -> list[FieldError]:
+    checkpoint = data.get("checkpoint")
+    if not isinstance(checkpoint, dict):
+        return []
+    warnings = []
+    if checkpoint.get("save_consolidated") is False:
+        checkpoint["save_consolidated"] = True
+        warnings.append(FieldError("checkpoint.save_consolidated", CONSOLIDATED))
+    if checkpoint.get("model_save_format") == "torch_save":
+        checkpoint["model_save_format"] = "safetensors"
+        warnings.append(FieldError("checkpoint.model_save_format", SAFETENSORS))
+    return warnings
+
+
+def _ignored_blocks(data: dict[str, Any]) -> list[FieldError]:
+    warnings = []
+    for name, why in IGNORED_BLOCKS.items():
+        if name in data:
+            data.pop(name)
+            warnings.append(FieldError(name, f"accepted and ignored: {why}"))
+    return warnings
+
+
+def _dataset_tokenizer(data: dict[str, Any]) -> list[FieldError]:
+    """A tokenizer target inside a dataset block is the recipe's tokenizer section."""
+    errors = []
+    for name in ("dataset", "validation_dataset"):
+        section = data.get(name)
+        nested = section.get("tokenizer") if isinstance(section, dict) else None
+        if not (isinstance(nested, dict) and "_target_" in nested):
+            continue
+        section.pop("tokenizer")
+        current = data.get("tokenizer")
+        if current is None:
+            data["tokenizer"] = nested
+        elif current != nested:
+            msg = "differs from the recipe's tokenizer section: one tokenizer serves every dataset"
+            errors.append(FieldError(f"{name}.tokenizer", msg, "keep one tokenizer section"))
+    return errors
+
+
+def fold_automodel_blocks(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldError]]:
+    """Fold the blocks above in place: (errors, warnings)."""
+    errors = _distributed_config(data) + _mp_policy(data) + _config_class(data)
+    errors += _dataset_tokenizer(data)
+    return errors, _checkpoint_format(data) + _ignored_blocks(data)
