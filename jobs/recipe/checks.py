@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.recipe.errors import FieldError
+from jobs.recipe.path_forms import check_file_set
 from jobs.recipe.paths import PathCheck, check_checkpoint_path, check_data_path, name_errors
 from jobs.recipe.scope import JobScope, confinement_errors, resolve_restore_job
 from jobs.recipe.settings import RecipeSettings
@@ -42,31 +43,38 @@ def check_data_paths(
     roots, runs = settings.allowed_data_roots(), settings.resolved_runs_dir
     checks: dict[str, PathCheck] = {}
     errors: list[FieldError] = []
-    for loc, value in _data_path_values(recipe):
-        checks[loc] = check_data_path(value, loc, roots)
+    for loc, value, form in _data_path_values(recipe):
+        check = (
+            check_file_set(value, loc, roots, form) if form else check_data_path(value, loc, roots)
+        )
+        checks[loc] = check
         errors += checks[loc].errors
         if checks[loc].path is not None:
             errors += confinement_errors(checks[loc].path, loc, runs, scope)
     return checks, errors
 
 
-def _data_path_values(recipe: dict[str, Any]) -> list[tuple[str, Any]]:
+def _data_path_values(recipe: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """(loc, value, form) of every path a recipe reads; form "" for a plain path."""
     candidates = []
     for name in ("model", "teacher_model"):  # a KD teacher reads files like the student
         model = recipe.get(name) or {}
         path = model.get("pretrained_model_name_or_path")
-        candidates.append((f"{name}.pretrained_model_name_or_path", path))
+        candidates.append((f"{name}.pretrained_model_name_or_path", path, ""))
         if isinstance(model.get("config"), str):
-            candidates.append((f"{name}.config", model["config"]))
+            candidates.append((f"{name}.config", model["config"], ""))
         elif isinstance(model.get("config"), dict) and "_target_" in model["config"]:
             nested = model["config"]  # transformers.AutoConfig.from_pretrained
             for key in path_keys(nested):
-                candidates.append((f"{name}.config.{key}", nested.get(key)))
+                candidates.append((f"{name}.config.{key}", nested.get(key), ""))
     for section in FILE_SECTIONS:
         values = recipe.get(section) or {}
+        spec = _spec_of(values)
         for key in path_keys(values):
-            candidates += list(_path_leaves(values.get(key), f"{section}.{key}"))
-    return [(loc, value) for loc, value in candidates if value is not None]
+            form = spec.path_forms.get(key, "") if spec is not None else ""
+            leaves = _path_leaves(values.get(key), f"{section}.{key}", weights=bool(form))
+            candidates += [(loc, value, form) for loc, value in leaves]
+    return [(loc, value, form) for loc, value, form in candidates if value is not None]
 
 
 # Target sections whose keywords may name files: (besides the model's own).
@@ -84,16 +92,29 @@ def path_keys(section: dict[str, Any]) -> frozenset[str] | tuple[str, ...]:
     return spec.paths if spec is not None and spec.paths else DATA_PATH_KEYS
 
 
-def _path_leaves(value: Any, loc: str) -> Iterator[tuple[str, Any]]:
+def _is_weight(item: Any, weights: bool) -> bool:
+    """A blend weight: a number, or (in a weighted file list) a number written as text."""
+    if _is_number(item):
+        return True
+    if not (weights and isinstance(item, str)):
+        return False
+    try:
+        float(item)
+    except ValueError:
+        return False
+    return True
+
+
+def _path_leaves(value: Any, loc: str, weights: bool = False) -> Iterator[tuple[str, Any]]:
     """Each path in a path keyword: itself, or the strings of a list (blend weights skipped)
     or a mapping of them (`{train: [...], validation: [...]}`)."""
     if isinstance(value, list):
         for index, item in enumerate(value):
-            if not _is_number(item):
-                yield from _path_leaves(item, f"{loc}.{index}")
+            if not _is_weight(item, weights):
+                yield from _path_leaves(item, f"{loc}.{index}", weights)
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield from _path_leaves(item, f"{loc}.{key}")
+            yield from _path_leaves(item, f"{loc}.{key}", weights)
     else:
         yield loc, value
 

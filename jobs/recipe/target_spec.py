@@ -30,6 +30,9 @@ class TargetSpec:
     # Keywords naming files to read (a path, a hub name, or a list/mapping of them): each is
     # checked against the data roots. Empty: the common ones (`jobs.recipe.checks`).
     paths: frozenset[str] = frozenset()
+    # Path keywords that name a set of files: "megatron_prefix" (a .bin/.idx prefix, or a
+    # glob of them) or "glob" (`jobs.recipe.path_forms`).
+    path_forms: Mapping[str, str] = field(default_factory=dict, compare=False)
     # Keywords that are plain names (a split, a column): never a path. Keyword -> example.
     names: Mapping[str, str] = field(default_factory=dict, compare=False)
     # A pydantic model typing the other keywords' values (extra keys ignored); None: untyped.
@@ -54,6 +57,7 @@ def spec(
     nested: Mapping[str, Iterable[str]] | None = None,
     requires: Iterable[str] = (),
     paths: Iterable[str] = (),
+    path_forms: Mapping[str, str] | None = None,
     names: Mapping[str, str] | None = None,
     values: type | None = None,
     ignored: Mapping[str, str] | None = None,
@@ -71,6 +75,7 @@ def spec(
         {key: frozenset(kinds) for key, kinds in (nested or {}).items()},
         frozenset(requires),
         frozenset(paths),
+        dict(path_forms or {}),
         dict(names or {}),
         values,
         dict(ignored or {}),

@@ -174,6 +174,7 @@ SPECS: list[TargetSpec] = [
         ("file_pattern", "seq_length", *NanogptValues.model_fields),
         required=("file_pattern", "seq_length"),
         paths=("file_pattern",),
+        path_forms={"file_pattern": "glob"},
         values=NanogptValues,
     ),
     spec(
@@ -184,6 +185,7 @@ SPECS: list[TargetSpec] = [
         injected=("tokenizer",),
         required=("paths",),
         paths=("paths", "index_mapping_dir"),
+        path_forms={"paths": "megatron_prefix"},
         values=MegatronValues,
     ),
 ]

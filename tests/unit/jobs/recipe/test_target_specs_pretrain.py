@@ -49,11 +49,6 @@ def test_a_weighted_blend_of_bin_files_validates(validate, recipe, corpus):
     assert validate(recipe).valid, _errors(validate(recipe))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="checks.py must accept a Megatron prefix (<p>.bin and <p>.idx exist) and skip "
-    "numeric-string blend weights; today it checks each literal string exists",
-)
 def test_automodels_prefix_blend_form_validates(validate, recipe, corpus):
     web, code = corpus
     recipe["dataset"] = {"_target_": MEGATRON, "paths": ["70", str(web), "30", str(code)],
@@ -61,8 +56,6 @@ def test_automodels_prefix_blend_form_validates(validate, recipe, corpus):
     assert validate(recipe).valid, _errors(validate(recipe))
 
 
-@pytest.mark.xfail(strict=True, reason="checks.py must accept a glob whose matches are inside "
-                   "the data roots; today it checks the literal pattern exists")  # fmt: skip
 def test_automodels_glob_form_validates(validate, recipe, corpus, data_root):
     recipe["dataset"] = {"_target_": MEGATRON, "seq_length": 32,
                          "paths": str(data_root / "web" / "processed_text_document*")}  # fmt: skip
