@@ -113,9 +113,43 @@ def recipe_family_error(name: Any, loc: str) -> FieldError | None:
     return FieldError(loc, f"{family} ({cls}) {NOT_SUPPORTED}", FAMILY_FIX)
 
 
+# Model loaders of other families (an image-text model is a VLM recipe's, whatever `recipe`).
+FAMILY_MODEL_LOADERS = {
+    "NeMoAutoModelForImageTextToText": ("VLM fine-tuning", "FinetuneRecipeForVLM"),
+    "AutoModelForImageTextToText": ("VLM fine-tuning", "FinetuneRecipeForVLM"),
+    "AutoModelForVision2Seq": ("VLM fine-tuning", "FinetuneRecipeForVLM"),
+    "NeMoAutoModelForSequenceClassification": (
+        "sequence classification", "TrainFinetuneRecipeForSequenceClassification"),
+}  # fmt: skip
+
+
+def _model_family_errors(data: dict[str, Any]) -> list[FieldError]:
+    model = data.get("model")
+    target = model.get("_target_") if isinstance(model, dict) else None
+    if not isinstance(target, str) or recipe_family_error(_recipe_name(data), "recipe"):
+        return []
+    parts = target.split(".")
+    found = next((FAMILY_MODEL_LOADERS[p] for p in parts if p in FAMILY_MODEL_LOADERS), None)
+    if found is None:
+        return []
+    family, cls = found
+    msg = f"{family} ({cls}) {NOT_SUPPORTED}: model._target_ loads {target.rsplit('.', 2)[-2]}"
+    return [FieldError("recipe", msg, FAMILY_FIX)]
+
+
+def _recipe_name(data: dict[str, Any]) -> Any:
+    value = data.get("recipe")
+    return value.get("_target_") if isinstance(value, dict) else value
+
+
+def is_family_refusal(error: FieldError) -> bool:
+    """An answer that the recipe belongs to a family tuneyard does not train."""
+    return error.loc == "recipe" and NOT_SUPPORTED in error.msg
+
+
 def family_section_errors(data: dict[str, Any]) -> list[FieldError]:
     """A section only another family's recipe has names that family at `recipe`."""
-    errors = []
+    errors = _model_family_errors(data)
     for section, (family, cls) in FAMILY_SECTIONS.items():
         if section in data:
             data.pop(section)

@@ -103,6 +103,9 @@ _CONFIGS = [
 
 SPECS: list[TargetSpec] = [*_LOSSES, *_OPTIMIZERS, *_CONFIGS]
 ALIASES: dict[str, str] = {
+    "nemo_automodel._transformers.auto_config.NeMoAutoConfig.from_pretrained": "transformers.AutoConfig.from_pretrained",
+    "nemo_automodel.NeMoAutoConfig.from_pretrained": "transformers.AutoConfig.from_pretrained",
+    "transformer_engine.pytorch.optimizers.fused_adam.FusedAdam": "transformer_engine.pytorch.optimizers.FusedAdam",
     f"{AM_LOSS}.chunked_ce.ChunkedCrossEntropy": "tuneyard.loss.ChunkedCrossEntropy",
     f"{AM_LOSS}.linear_ce.FusedLinearCrossEntropy": "tuneyard.loss.FusedLinearCrossEntropy",
     f"{AM_LOSS}.te_parallel_ce.TEParallelCrossEntropy": "tuneyard.loss.TEParallelCrossEntropy",

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pydantic import BaseModel, ConfigDict
+
 from jobs.recipe import target_specs_automodel, target_specs_pretrain, target_specs_sft
 from jobs.recipe.target_plugins import operator_specs
 from jobs.recipe.target_spec import TargetSpec
@@ -67,6 +69,17 @@ _SCHEDULER_REQUIRED = {
     "OneCycleLR": ("max_lr",),
     "CosineAnnealingWarmRestarts": ("T_0",),
 }
+
+
+class SquadValues(BaseModel):
+    """AutoModel's make_squad_dataset keywords tuneyard accepts (and reports as ignored)."""
+
+    model_config = ConfigDict(strict=True)
+    padding: bool | str = False
+    truncation: bool | str = False
+    fp8: bool = False
+    start_of_turn_token: str | None = None
+
 
 _MODEL_COMMON = ("dtype", "torch_dtype", "force_hf", "attn_implementation")
 _DATASET_TOKENIZER = frozenset({"tokenizer"})
@@ -147,9 +160,17 @@ _OWN_SPECS = [
             "max_seq_length",
             "limit_dataset_samples",
             "tokenizer_name_or_path",
-        ),
+            *SquadValues.model_fields,
+        ),  # fmt: skip
         injected=_DATASET_TOKENIZER,
         required=("path_or_dataset",),
+        values=SquadValues,
+        ignored={
+            "padding": "batches pad to their longest sample; padding carries no loss",
+            "truncation": "samples are cut to max_seq_length whenever it is set",
+            "fp8": "fp8 training is refused, so no fp8 padding is needed",
+            "start_of_turn_token": "the answer's first token is known exactly",
+        },
     ),
     _spec(
         "tuneyard.datasets.JsonlInstructionDataset",

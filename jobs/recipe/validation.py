@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from jobs.recipe.automodel_sections import is_family_refusal
 from jobs.recipe.bounds import check_bounds
 from jobs.recipe.distributed import DistributedSetup
 from jobs.recipe.errors import FieldError, RecipeInvalid
@@ -199,6 +200,8 @@ def validate_job(
     errors += apply_errors
     normalized, setup, info, recipe_errors, warnings = normalize_recipe(data, res, settings, scope)
     errors = _mark_overridden(errors + recipe_errors, {k for k, _ in pairs})
+    family = [e for e in errors if is_family_refusal(e)]
+    errors = family or errors  # another family's recipe: that is the answer, not its details
     plan = build_plan(normalized, setup, res, info)
     plan["trust_remote_code"] = any(  # the student's or a KD teacher's own Python runs
         bool((normalized.get(name) or {}).get("trust_remote_code"))

@@ -97,6 +97,10 @@ class SquadDataset(_ListDataset):
         max_seq_length: int | None = None,
         limit_dataset_samples: int | None = None,
         tokenizer_name_or_path: str | None = None,
+        padding: bool | str = False,  # AutoModel's: batches pad to their longest sample here
+        truncation: bool | str = False,  # samples are cut to max_seq_length whenever it is set
+        fp8: bool = False,  # AutoModel pads to multiples of 16 for fp8; fp8 is refused here
+        start_of_turn_token: str | None = None,  # the answer's first token is known exactly
     ):
         if is_hub_dataset(path_or_dataset):
             source = f"{path_or_dataset}[{split}]"

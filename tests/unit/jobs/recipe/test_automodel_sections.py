@@ -113,3 +113,21 @@ def test_a_family_only_section_names_the_family(validate, am_recipe):
     am_recipe["flow_matching"] = {"timestep_sampling": "logit_normal"}
     error = error_at(validate(am_recipe), "recipe")
     assert "diffusion training (TrainDiffusionRecipe) is not supported" in error.msg
+
+
+def test_an_image_text_model_is_a_vlm_recipe_whatever_recipe_says(validate, am_recipe):
+    am_recipe.pop("recipe")
+    am_recipe["model"] = {"_target_": f"{AM}.NeMoAutoModelForImageTextToText.from_pretrained",
+                          "pretrained_model_name_or_path": "google/gemma-3-4b-it"}  # fmt: skip
+    am_recipe["freeze_config"] = {"freeze_vision_tower": True}
+    result = validate(am_recipe)
+    [error] = result.errors  # the family answer alone, not its sections' details
+    assert error.loc == "recipe"
+    assert error.msg.startswith("VLM fine-tuning (FinetuneRecipeForVLM) is not supported")
+
+
+def test_a_vlm_recipe_class_is_answered_alone(validate, am_recipe):
+    am_recipe["recipe"] = {"_target_": f"{AM}.recipes.vlm.finetune.FinetuneRecipeForVLM"}
+    am_recipe["freeze_config"] = {"freeze_vision_tower": True}
+    [error] = validate(am_recipe).errors
+    assert error.loc == "recipe" and "not supported" in error.msg

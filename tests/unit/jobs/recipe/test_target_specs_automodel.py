@@ -52,3 +52,27 @@ def test_te_fused_adam_keywords_are_checked(validate, recipe):
 def test_an_optimizer_is_not_a_loss(validate, recipe):
     recipe["loss_fn"] = {"_target_": "dion.Muon"}
     assert "is a optimizer, not a loss" in error_at(validate(recipe), "loss_fn._target_").msg
+
+
+@pytest.mark.parametrize(
+    ("target", "canonical"),
+    [
+        ("nemo_automodel._transformers.auto_config.NeMoAutoConfig.from_pretrained",
+         "transformers.AutoConfig.from_pretrained"),
+        ("transformer_engine.pytorch.optimizers.fused_adam.FusedAdam",
+         "transformer_engine.pytorch.optimizers.FusedAdam"),
+    ],
+)  # fmt: skip
+def test_automodel_spellings_resolve(target, canonical):
+    from jobs.recipe.targets import resolve_target
+
+    assert resolve_target(target, "x").name == canonical
+
+
+def test_squad_takes_automodels_make_squad_dataset_keywords(validate, recipe):
+    recipe["dataset"].update(padding="max_length", truncation=True, fp8=False)
+    result = validate(recipe)
+    assert result.valid, [str(e) for e in result.errors]
+    assert {"dataset.padding", "dataset.truncation", "dataset.fp8"} <= set(_warnings(result))
+    recipe["dataset"]["fp8"] = "yes"
+    error_at(validate(recipe), "dataset.fp8")
