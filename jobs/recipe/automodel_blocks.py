@@ -9,8 +9,9 @@
   into the config mapping with its `model_type`;
 - `checkpoint.save_consolidated: false` and `model_save_format: torch_save` into
   tuneyard's one checkpoint format, with a warning saying what is written instead;
-- a `tokenizer: {_target_: ...}` inside a dataset block into the recipe's `tokenizer:`
-  section (one tokenizer serves every dataset);
+- a `tokenizer: {_target_: ...}` (or a bare `{pretrained_model_name_or_path}`) inside a
+  dataset block into the recipe's `tokenizer:` section (one tokenizer serves every
+  dataset), and `tokenizer.trust_remote_code` into the model's grant, which covers both;
 - `parallelizer:`, `autopipeline:` and a `benchmark:` block in a training recipe into
   warnings: tuneyard applies each family's own plan, and only `llm_benchmark` benchmarks.
 A conflict between two places (a strategy named twice, two values for one option) is an
@@ -24,6 +25,8 @@ from typing import Any
 from jobs.recipe.errors import FieldError
 
 AM_DIST = "nemo_automodel.components.distributed.config"
+AUTO_TOKENIZER = "transformers.AutoTokenizer.from_pretrained"
+PRETRAINED = "pretrained_model_name_or_path"
 STRATEGY_CONFIGS = {
     f"{AM_DIST}.FSDP2Config": "fsdp2",
     f"{AM_DIST}.MegatronFSDPConfig": "megatron_fsdp",
@@ -145,6 +148,8 @@ def _dataset_tokenizer(data: dict[str, Any]) -> list[FieldError]:
     for name in ("dataset", "validation_dataset"):
         section = data.get(name)
         nested = section.get("tokenizer") if isinstance(section, dict) else None
+        if isinstance(nested, dict) and "_target_" not in nested and PRETRAINED in nested:
+            nested = {"_target_": AUTO_TOKENIZER, **nested}  # AutoModel's bare form
         if not (isinstance(nested, dict) and "_target_" in nested):
             continue
         section.pop("tokenizer")
@@ -157,8 +162,22 @@ def _dataset_tokenizer(data: dict[str, Any]) -> list[FieldError]:
     return errors
 
 
+def _tokenizer_remote_code(data: dict[str, Any]) -> list[FieldError]:
+    """`tokenizer.trust_remote_code` follows the model's: the one grant covers both."""
+    tokenizer = data.get("tokenizer")
+    if not isinstance(tokenizer, dict) or "trust_remote_code" not in tokenizer:
+        return []
+    wanted = tokenizer.pop("trust_remote_code")
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    if wanted in (False, None) or model.get("trust_remote_code") is True:
+        return []
+    msg = "the tokenizer runs its repository's code only when the model does"
+    fix = "set model.trust_remote_code: true (it needs the project's grant), or remove this"
+    return [FieldError("tokenizer.trust_remote_code", msg, fix)]
+
+
 def fold_automodel_blocks(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldError]]:
     """Fold the blocks above in place: (errors, warnings)."""
     errors = _distributed_config(data) + _mp_policy(data) + _config_class(data)
-    errors += _dataset_tokenizer(data)
+    errors += _dataset_tokenizer(data) + _tokenizer_remote_code(data)
     return errors, _checkpoint_format(data) + _ignored_blocks(data)

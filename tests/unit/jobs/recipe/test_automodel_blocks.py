@@ -102,3 +102,28 @@ def test_a_dataset_tokenizer_is_the_recipe_tokenizer(validate, recipe, model_dir
 def test_default_collate_is_the_collater(validate, recipe):
     recipe["dataloader"] = {"collate_fn": {"_target_": "torch.utils.data.default_collate"}}
     assert validate(recipe).valid
+
+
+def test_a_bare_dataset_tokenizer_is_an_auto_tokenizer(validate, recipe, model_dir):
+    recipe["dataset"]["tokenizer"] = {"pretrained_model_name_or_path": str(model_dir)}
+    result = validate(recipe)
+    assert result.valid, [str(e) for e in result.errors]
+    assert result.recipe["tokenizer"]["_target_"] == "transformers.AutoTokenizer.from_pretrained"
+
+
+def test_tokenizer_remote_code_follows_the_models(validate, recipe, model_dir, settings):
+    from jobs.recipe.validation import validate_job
+
+    recipe["tokenizer"] = {"_target_": "transformers.AutoTokenizer.from_pretrained",
+                           "pretrained_model_name_or_path": str(model_dir),
+                           "trust_remote_code": True}  # fmt: skip
+    assert (
+        "only when the model does" in error_at(validate(recipe), "tokenizer.trust_remote_code").msg
+    )
+    recipe["tokenizer"]["trust_remote_code"] = False
+    assert validate(recipe).valid
+    recipe["tokenizer"]["trust_remote_code"] = True
+    recipe["model"]["trust_remote_code"] = True
+    result = validate_job(recipe, [], None, settings, allow_remote_code=True)
+    assert result.valid, [str(e) for e in result.errors]
+    assert "trust_remote_code" not in result.recipe["tokenizer"]
