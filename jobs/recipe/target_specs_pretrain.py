@@ -175,6 +175,11 @@ SPECS: list[TargetSpec] = [
         required=("file_pattern", "seq_length"),
         paths=("file_pattern",),
         path_forms={"file_pattern": "glob"},
+        ignored={
+            "shuffle_files": "tuneyard's sampler orders every sample (dataloader.shuffle)",
+            "drop_last": "a partial window is always dropped",
+            "infinite": "epochs come from step_scheduler",
+        },
         values=NanogptValues,
     ),
     spec(
@@ -186,6 +191,14 @@ SPECS: list[TargetSpec] = [
         required=("paths",),
         paths=("paths", "index_mapping_dir"),
         path_forms={"paths": "megatron_prefix"},
+        ignored={
+            "create_attention_mask": "the collator builds the attention mask",
+            "mmap_bin_files": "the .bin files are always memory-mapped",
+            "num_dataset_builder_threads": "the sample index is built with numpy",
+            "dataloader_type": "tuneyard's resumable sampler decides the order",
+            "trainer_limit_test_batches": "tuneyard runs no test loop",
+            "micro_batch_size": "batches come from dataloader.batch_size",
+        },
         values=MegatronValues,
     ),
 ]

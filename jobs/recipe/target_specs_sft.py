@@ -143,11 +143,9 @@ _HF_TOKENIZER = ("pretrained_model_name_or_path", "use_fast", "revision", "subfo
 
 
 def _with_ignored(target: TargetSpec) -> TargetSpec:
-    """The spec with its accepted-but-ignored keywords, where TargetSpec records them."""
+    """The spec with its accepted-but-ignored keywords (warned at submit)."""
     reasons = IGNORED.get(target.name)
-    if reasons and "ignored" in {f.name for f in dataclasses.fields(TargetSpec)}:
-        return dataclasses.replace(target, ignored=reasons)  # type: ignore[call-arg]
-    return target
+    return dataclasses.replace(target, ignored=reasons) if reasons else target
 
 
 SPECS: list[TargetSpec] = [

@@ -110,8 +110,6 @@ def test_a_path_escape_is_refused_at_the_path_keyword(validate, recipe, data_roo
         ({"_target_": CHAT, "truncation": "sometimes"}, "truncation", "longest_first"),
         ({"_target_": CHAT, "shuffle_seed": 1.5}, "shuffle_seed", "integer"),
         ({"_target_": CHAT, "seq_length": -1}, "seq_length", "positive integer"),
-        ({"_target_": CHAT, "tokenizer": {"pretrained_model_name_or_path": "x"}}, "tokenizer",
-         "supplied by the trainer"),
         ({"_target_": MAPPED, "column_mapping": {"answer": "output"}}, "column_mapping",
          "context or question"),
         ({"_target_": MAPPED, "column_mapping": {"question": "q", "answer": 3}},
@@ -170,7 +168,7 @@ def test_a_tokenizer_section_validates(validate, recipe, model_dir, target):
 @pytest.mark.parametrize(
     ("extra", "loc", "words"),
     [
-        ({"trust_remote_code": True}, "trust_remote_code", "supplied by the trainer"),
+        ({"trust_remote_code": True}, "trust_remote_code", "only when the model does"),
         ({"cache_dir": "/tmp"}, "cache_dir", "takes no argument"),
         ({"token": "hf_x"}, "token", "takes no argument"),
         ({"use_fast": "yes"}, "use_fast", "boolean"),
