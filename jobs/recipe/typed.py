@@ -3,7 +3,8 @@
 `validate_job` ends by building a `Recipe` from the normalized sections, the resolved
 DistributedSetup and the job's resources. `Recipe.to_json()` is what the database stores
 and the worker hands to the trainer; `Recipe.from_json()` rebuilds the same object without
-validating or defaulting anything: every key must be present, so a stored recipe that is
+validating or defaulting anything: every key must be present (except a field added later
+with a default, which is what recipes stored before it meant), so a stored recipe that is
 not one of these is refused at once rather than half-read. Builders take the sub-object
 they need (`recipe.optimizer`, `recipe.topology`, `recipe.step_scheduler`), never the
 whole recipe.
@@ -340,6 +341,8 @@ def _load(cls: type, data: dict[str, Any], where: str) -> Any:
         return TargetCall.from_json(data)
     values = {}
     for f in dataclasses.fields(cls):
+        if f.name not in data and f.default is not dataclasses.MISSING:
+            continue  # a field added later with the value older recipes meant (its default)
         if f.name not in data:
             raise KeyError(f"{where}{f.name}")
         raw, inner = data[f.name], _dataclass_of(_hints(cls)[f.name])
