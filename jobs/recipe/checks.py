@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.recipe.errors import FieldError
+from jobs.recipe.hub_offline import offline_errors
 from jobs.recipe.path_forms import check_file_set
 from jobs.recipe.paths import PathCheck, check_checkpoint_path, check_data_path, name_errors
 from jobs.recipe.scope import JobScope, confinement_errors, resolve_restore_job
@@ -38,8 +39,8 @@ def check_data_paths(
     settings: RecipeSettings,
     scope: JobScope | None = None,
 ) -> tuple[dict[str, PathCheck], list[FieldError]]:
-    """Model, tokenizer and dataset paths inside the data roots (or hub names); with a
-    scope, none inside another project's run directory."""
+    """Model, tokenizer and dataset paths inside the data roots (or hub names, cached when
+    the server is offline); with a scope, none inside another project's run directory."""
     roots, runs = settings.allowed_data_roots(), settings.resolved_runs_dir
     checks: dict[str, PathCheck] = {}
     errors: list[FieldError] = []
@@ -51,7 +52,8 @@ def check_data_paths(
         errors += checks[loc].errors
         if checks[loc].path is not None:
             errors += confinement_errors(checks[loc].path, loc, runs, scope)
-    return checks, errors
+    hub = {loc: value for loc, value, _ in _data_path_values(recipe) if checks[loc].kind == "hub"}
+    return checks, errors + offline_errors(hub, settings.hub_offline)
 
 
 def _data_path_values(recipe: dict[str, Any]) -> list[tuple[str, Any, str]]:

@@ -35,6 +35,10 @@ class RecipeSettings(BaseSettings):
     # The operator's decision (CLI, single-tenant servers): a recipe may load a model
     # directory's own Python (`model.trust_remote_code: true`). Off by default.
     allow_remote_code: bool = False
+    # The workers cannot download from the Hugging Face hub: a hub name must already be in
+    # the cache. The API sets it from HF_HUB_OFFLINE (`jobs.store.settings`); `tuneyard
+    # validate` leaves it off (a local check, not the workers' promise).
+    hub_offline: bool = False
 
     @property
     def resolved_runs_dir(self) -> Path:
