@@ -166,7 +166,13 @@ def build_dataset(
         return None
     dataset = build_target(call, name, tokenizer=tokenizer)
     if packed.enabled:  # validation resolved the pack size
-        dataset = PackedDataset(dataset, packed.packed_sequence_size)
+        dataset = PackedDataset(
+            dataset,
+            packed.packed_sequence_size,
+            split_across_pack=packed.split_across_pack,
+            max_packs=packed.max_packs,
+            drop_long_samples=packed.drop_long_samples,
+        )
     if len(dataset) == 0:
         raise data_error(f"{name}: the dataset is empty")
     return dataset

@@ -302,8 +302,13 @@ def check_peft(peft: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list
 
 
 def check_packing(
-    packed: dict[str, Any], dataset: dict[str, Any]
+    packed: dict[str, Any],
+    dataset: dict[str, Any],
+    loaders: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], list[FieldError]]:
+    """Resolve `enabled` and the pack size; the THD collater in `loaders` needs packed rows."""
+    from jobs.recipe.schema import THD_COLLATE_FN  # schema's constant; no import cycle
+
     enabled = packed.get("enabled")
     size = packed.get("packed_sequence_size") or 0
     if enabled is None:
@@ -320,7 +325,17 @@ def check_packing(
                 )
             ]
         packed["packed_sequence_size"] = seq
-    return packed, []
+    errors = [
+        FieldError(
+            f"{name}.collate_fn",
+            "packed_sequence_thd_collater collates packed rows, but packing is off",
+            "set packed_sequence.packed_sequence_size (e.g. 1024), or use "
+            "nemo_automodel.components.datasets.utils.default_collater",
+        )
+        for name, loader in (loaders or {}).items()
+        if not enabled and isinstance(loader, dict) and loader.get("collate_fn") == THD_COLLATE_FN
+    ]
+    return packed, errors
 
 
 def seq_length_of(recipe: dict[str, Any]) -> int | None:

@@ -264,7 +264,8 @@ def _bounds(out: dict[str, Any], accelerator: str) -> list[FieldError]:
         errors += check_warmup_decay(out["lr_scheduler"], optimizer.get("lr"), max_steps)
     errors += check_trainer_support(out, accelerator)
     dataset = out["dataset"] if isinstance(out.get("dataset"), dict) else {}
-    out["packed_sequence"], errs = check_packing(out["packed_sequence"], dataset)
+    loaders = {name: out[name] for name in ("dataloader", "validation_dataloader")}
+    out["packed_sequence"], errs = check_packing(out["packed_sequence"], dataset, loaders)
     return errors + errs
 
 

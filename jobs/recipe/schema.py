@@ -56,12 +56,15 @@ SECTION_MARKERS = {
     },
     "peft": {"nemo_automodel.components._peft.lora.PeftConfig", "tuneyard.peft.LoraConfig"},
 }
+THD_COLLATE_FN = "nemo_automodel.components.datasets.utils.packed_sequence_thd_collater"
 COLLATE_FNS = {
     "nemo_automodel.components.datasets.utils.default_collater",
     "tuneyard.datasets.default_collater",
     # torch's stacking collate: the same batch for fixed-length samples (pretraining data)
     "torch.utils.data.default_collate",
     "torch.utils.data.dataloader.default_collate",
+    # packed rows with their THD fields (seq_lens, cu_seqlens); only with packing
+    THD_COLLATE_FN,
 }
 
 
@@ -111,6 +114,7 @@ class PackedSequenceSection(Section):
     packed_sequence_size: NonNegativeInt = 0
     split_across_pack: bool = False
     max_packs: PositiveInt | None = None
+    drop_long_samples: bool = False  # a sample longer than a pack: dropped, not truncated
 
 
 class DataloaderSection(Section):

@@ -130,6 +130,7 @@ class PackedSequence:
     packed_sequence_size: int  # 0: not packed
     split_across_pack: bool
     max_packs: int | None
+    drop_long_samples: bool = False  # added later; stored recipes without it truncated
 
 
 @dataclass(frozen=True)
