@@ -138,6 +138,7 @@ class CheckpointSection(Section):
     save_consolidated: bool = True
     model_save_format: Literal["safetensors", "torch_save"] = "safetensors"
     save_optimizer: bool = True
+    is_async: bool = False
 
 
 class PeftSection(Section):

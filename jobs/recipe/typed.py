@@ -152,6 +152,7 @@ class Checkpoint:
     save_consolidated: bool
     model_save_format: str
     save_optimizer: bool
+    is_async: bool = False  # added later: older stored recipes load without it
 
 
 @dataclass(frozen=True)
