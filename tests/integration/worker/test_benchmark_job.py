@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from worker_harness import events_of, job_row, wait_for
+from worker_harness import events_of, run_through_service, train_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -30,37 +30,13 @@ def _benchmark_body(assets) -> dict:
     return {"name": "bench", "recipe": recipe, "resources": resources}
 
 
-def _stored_train_metrics(job_id: str) -> list:
-    from sqlalchemy import select
-
-    from jobs.store.engine import session_factory
-    from jobs.store.tables import Metric
-
-    with session_factory()() as session:
-        stmt = select(Metric).where(Metric.job_id == job_id, Metric.kind == "train")
-        return sorted(session.execute(stmt).scalars(), key=lambda m: m.step)
-
-
-def _finished(job_id: str):
-    row = job_row(job_id)
-    return row if row.status in ("succeeded", "failed", "cancelled") else None
-
-
 def test_benchmark_job_stores_step_metrics_and_its_summary(ty_env, procs, tiny_assets):
-    from fastapi.testclient import TestClient
+    def derived_steps(created: dict) -> None:
+        assert created["recipe"]["step_scheduler"]["max_steps"] == WARMUP + MEASURED
 
-    from api.main import create_app
-    from jobs.store.settings import get_settings
-
-    with TestClient(create_app(get_settings())) as client:
-        created = client.post("/v1/jobs", json=_benchmark_body(tiny_assets))
-        assert created.status_code == 201, created.text
-        job_id = created.json()["id"]
-        assert created.json()["recipe"]["step_scheduler"]["max_steps"] == WARMUP + MEASURED
-        procs.worker("w1", trainer=None)
-        row = wait_for(lambda: _finished(job_id), 150, "benchmark job to finish", procs)
-    assert row.status == "succeeded", (row.error_message, procs.logs())
-    metrics = _stored_train_metrics(job_id)
+    body = _benchmark_body(tiny_assets)
+    job_id, _ = run_through_service(procs, body, 150, "benchmark job to finish", derived_steps)
+    metrics = train_metrics(job_id)
     assert [m.step for m in metrics] == list(range(1, WARMUP + MEASURED + 1))
     assert all(m.tps > 0 and m.mfu is None for m in metrics)  # CPU: no known peak
     summaries = [e.data for e in events_of(job_id) if e.message.startswith("benchmark_summary")]

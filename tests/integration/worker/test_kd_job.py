@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from worker_harness import job_row, wait_for
+from worker_harness import run_through_service, train_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -45,38 +45,11 @@ def kd_recipe(assets: dict[str, Path], teacher: Path) -> dict[str, Any]:
 
 
 def test_kd_job_runs_and_stores_the_combined_loss(ty_env, procs, tiny_assets, teacher):
-    from fastapi.testclient import TestClient
-
-    from api.main import create_app
-    from jobs.store.settings import get_settings
-
     body = {"name": "kd", "recipe": kd_recipe(tiny_assets, teacher),
             "resources": {"nnodes": 1, "nproc_per_node": 1, "accelerator": "cpu"}}  # fmt: skip
-    with TestClient(create_app(get_settings())) as client:
-        created = client.post("/v1/jobs", json=body)
-        assert created.status_code == 201, created.text
-        job_id = created.json()["id"]
-        procs.worker("w1", trainer=None)
-        done = ("succeeded", "failed", "cancelled")
-        row = wait_for(lambda: (r := job_row(job_id)).status in done and r, 180, "KD job", procs)
-        assert row.status == "succeeded", (row.error_code, row.error_message, procs.logs())
+    job_id, row = run_through_service(procs, body, 180, "KD job")
     assert row.recipe["recipe"] == "llm_kd" and row.recipe["kd_ratio"] == 0.5
     assert row.recipe["teacher_model"]["pretrained_model_name_or_path"] == str(teacher)
-    losses = _train_losses(job_id)
+    losses = [m.loss for m in train_metrics(job_id)]
     assert len(losses) == STEPS
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5, losses
-
-
-def _train_losses(job_id: str) -> list[float]:
-    from sqlalchemy import select
-
-    from jobs.store.engine import session_factory
-    from jobs.store.tables import Metric
-
-    with session_factory()() as session:
-        stmt = (
-            select(Metric.loss)
-            .where(Metric.job_id == job_id, Metric.kind == "train")
-            .order_by(Metric.step)
-        )
-        return list(session.execute(stmt).scalars())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from token_corpora import learnable_documents, write_megatron
-from worker_harness import job_row, wait_for
+from worker_harness import run_through_service, train_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -30,35 +30,8 @@ def _body(assets) -> dict:
     return {"name": "megatron", "recipe": recipe, "resources": resources}
 
 
-def _train_steps(job_id: str) -> list:
-    from sqlalchemy import select
-
-    from jobs.store.engine import session_factory
-    from jobs.store.tables import Metric
-
-    with session_factory()() as session:
-        stmt = select(Metric).where(Metric.job_id == job_id, Metric.kind == "train")
-        return sorted(session.execute(stmt).scalars(), key=lambda m: m.step)
-
-
-def _finished(job_id: str):
-    row = job_row(job_id)
-    return row if row.status in ("succeeded", "failed", "cancelled") else None
-
-
 def test_megatron_job_runs_and_stores_its_metrics(ty_env, procs, tiny_assets):
-    from fastapi.testclient import TestClient
-
-    from api.main import create_app
-    from jobs.store.settings import get_settings
-
-    with TestClient(create_app(get_settings())) as client:
-        created = client.post("/v1/jobs", json=_body(tiny_assets))
-        assert created.status_code == 201, created.text
-        job_id = created.json()["id"]
-        procs.worker("w1", trainer=None)
-        row = wait_for(lambda: _finished(job_id), 150, "megatron job to finish", procs)
-    assert row.status == "succeeded", (row.error_message, procs.logs())
-    metrics = _train_steps(job_id)
+    job_id, _ = run_through_service(procs, _body(tiny_assets), 150, "megatron job to finish")
+    metrics = train_metrics(job_id)
     assert [m.step for m in metrics] == list(range(1, STEPS + 1))
     assert all(m.loss > 0 and m.tps > 0 for m in metrics)

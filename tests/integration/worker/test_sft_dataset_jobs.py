@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from sft_fixtures import TOOL_TEMPLATE, chat_rows, hellaswag_rows, write_jsonl, write_parquet
-from worker_harness import job_row, wait_for
+from worker_harness import run_through_service, train_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -43,41 +43,14 @@ def _recipe(assets: dict[str, Path], dataset: dict[str, Any]) -> dict[str, Any]:
 def test_an_sft_dataset_job_stores_its_falling_loss(
     ty_env, procs, tiny_assets, kind, tmp_path, monkeypatch
 ):
-    from fastapi.testclient import TestClient
-
-    from api.main import create_app
-    from jobs.store.settings import get_settings
-
     cache = tmp_path / "hf-datasets"  # the worker's trainer inherits it: no write to $HOME
     monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
     dataset = _dataset(kind, tiny_assets["model"].parent / f"sft-{kind}")
     body = {"name": f"sft-{kind}", "recipe": _recipe(tiny_assets, dataset),
             "resources": {"nnodes": 1, "nproc_per_node": 1, "accelerator": "cpu"}}  # fmt: skip
-    with TestClient(create_app(get_settings())) as client:
-        created = client.post("/v1/jobs", json=body)
-        assert created.status_code == 201, created.text
-        job_id = created.json()["id"]
-        procs.worker("w1", trainer=None)
-        done = ("succeeded", "failed", "cancelled")
-        row = wait_for(lambda: (r := job_row(job_id)).status in done and r, 180, kind, procs)
-        assert row.status == "succeeded", (row.error_code, row.error_message, procs.logs())
+    job_id, row = run_through_service(procs, body, 180, kind)
     assert row.recipe["dataset"]["_target_"] == dataset["_target_"]
     assert list((cache / "tuneyard-tokenized").glob("*.arrow")), "tokenized into the cache"
-    losses = _train_losses(job_id)
+    losses = [m.loss for m in train_metrics(job_id)]
     assert len(losses) == STEPS
     assert sum(losses[-3:]) / 3 < 0.8 * sum(losses[:3]) / 3, losses
-
-
-def _train_losses(job_id: str) -> list[float]:
-    from sqlalchemy import select
-
-    from jobs.store.engine import session_factory
-    from jobs.store.tables import Metric
-
-    with session_factory()() as session:
-        stmt = (
-            select(Metric.loss)
-            .where(Metric.job_id == job_id, Metric.kind == "train")
-            .order_by(Metric.step)
-        )
-        return list(session.execute(stmt).scalars())

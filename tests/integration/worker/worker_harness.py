@@ -284,6 +284,45 @@ def train_steps(job_id: str) -> list[int]:
         return sorted(session.execute(stmt).scalars())
 
 
+def train_metrics(job_id: str) -> list[Any]:
+    """The job's stored train MetricsSample rows, by step."""
+    from sqlalchemy import select
+
+    from jobs.store.engine import session_factory
+    from jobs.store.tables import Metric
+
+    with session_factory()() as session:
+        stmt = select(Metric).where(Metric.job_id == job_id, Metric.kind == "train")
+        return sorted(session.execute(stmt).scalars(), key=lambda m: m.step)
+
+
+SETTLED = ("succeeded", "failed", "cancelled")
+
+
+def run_through_service(procs: Procs, body: dict[str, Any], timeout: float, what: str,
+                        check: Any = None) -> tuple[str, Any]:  # fmt: skip
+    """POST the job to the API, start a worker, wait until the job settles: (job id, row).
+
+    `check(created_json)` runs on the API's answer before the worker starts.
+    """
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+    from jobs.store.settings import get_settings
+
+    with TestClient(create_app(get_settings())) as client:
+        created = client.post("/v1/jobs", json=body)
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+        if check is not None:
+            check(created.json())
+        procs.worker("w1", trainer=None)
+        row = wait_for(lambda: (r := job_row(job_id)).status in SETTLED and r, timeout, what,
+                       procs)  # fmt: skip
+    assert row.status == "succeeded", (row.error_code, row.error_message, procs.logs())
+    return job_id, row
+
+
 def events_of(job_id: str) -> list[Any]:
     from sqlalchemy import select
 
