@@ -2,8 +2,8 @@
 
 Writes a HellaSwag parquet file and a chat JSONL file of `--rows` rows each, builds each
 dataset twice in fresh subprocesses sharing one `HF_DATASETS_CACHE` (as two runs of one job
-on one machine would), and prints the build times side by side and their ratio. The second
-build memory-maps the cached tokenized rows and reads no source row.
+on one machine would), and prints the build times side by side and their ratio (imports
+excluded). The second build memory-maps the cached tokenized rows and reads no source row.
 Run: `python bench/bench_tokenize_cache.py --rows 20000`.
 """
 
@@ -22,14 +22,15 @@ BUILD = """
 import sys, time
 sys.path[:0] = [{repo!r}, {tests!r}]
 from transformers import AutoTokenizer
+import datasets  # imported before the clock starts: both builds pay it alike
+from sft_fixtures import TOOL_TEMPLATE
+from trainer.data.chat import ChatDataset
+from trainer.data.hellaswag import HellaSwag
 tok = AutoTokenizer.from_pretrained({tok!r})
 start = time.perf_counter()
 if {kind!r} == "hellaswag":
-    from trainer.data.hellaswag import HellaSwag
     ds = HellaSwag({path!r}, tok)
 else:
-    from trainer.data.chat import ChatDataset
-    from sft_fixtures import TOOL_TEMPLATE
     ds = ChatDataset({path!r}, tok, chat_template=TOOL_TEMPLATE)
 n = len(ds); _ = ds[n - 1]
 print(time.perf_counter() - start, n)
