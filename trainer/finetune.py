@@ -6,6 +6,8 @@ global-norm clipping, optimizer and LR step, one MetricsSample per step, validat
 of a step is the sum of token losses over all micro-batches and data-parallel ranks
 divided by their label-token count, so it does not depend on how the batch is split.
 SIGTERM finishes the step, saves and exits PREEMPTED; a non-finite loss exits NAN_LOSS.
+With `checkpoint.is_async` a save returns once its state is snapshotted and publishes in
+the background; the next save, a preemption and the end of training wait for it first.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -130,12 +133,45 @@ def validate(run: TrainingRun) -> tuple[float, int]:
     return loss_sum / max(1.0, labels), int(tokens / run.topology.tp_size)
 
 
-def save_checkpoint(run: TrainingRun, log: RunLog, last_record: dict[str, Any]) -> None:
-    staging = run.checkpoints.begin(run.step)
+def save_checkpoint(
+    run: TrainingRun, log: RunLog, last_record: dict[str, Any], final: bool | None = None
+) -> None:
+    """Save at `run.step`. With `checkpoint.is_async` only the snapshot blocks, unless this
+    is the run's last save (`final`; by default, at max_steps), which waits for it."""
+    checkpoints = run.checkpoints
+    report_saves(log, checkpoints.wait())  # the previous asynchronous save, published
+    staging = checkpoints.begin(run.step)
+    state = trainer_state(run)
+    if checkpoints.is_async:
+        _save_async(run, staging, state, last_record)
+        if final if final is not None else run.step >= run.max_steps:
+            report_saves(log, checkpoints.wait())
+        return
     hf_export.save_model_dir(run, staging)
-    if run.checkpoints.save_optimizer:
+    if checkpoints.save_optimizer:
         manager.save_optimizer(run.model, run.optimizer, run.scheduler, staging / "optim")
-    state = {
+    path = checkpoints.publish(run.step, state)
+    if run.env.is_rank0:
+        size = manager.dir_size(path)
+        report_saves(log, [manager.PublishedSave(run.step, path, size, last_record)])
+
+
+def _save_async(
+    run: TrainingRun, staging: Path, state: dict[str, Any], last_record: dict[str, Any]
+) -> None:
+    write_model = hf_export.snapshot_model_dir(run, staging)
+    shards, group = None, run.checkpoints.process_group
+    if run.checkpoints.save_optimizer:
+        optim_dir = staging / "optim"
+        shards = manager.async_save_optimizer(
+            run.model, run.optimizer, run.scheduler, optim_dir, group
+        )
+    run.checkpoints.publish_async(run.step, state, shards, write_model, last_record)
+
+
+def trainer_state(run: TrainingRun) -> dict[str, Any]:
+    """What `trainer_state.json` records: position, every rank's RNG, identity (all ranks)."""
+    return {
         "step": run.step,
         "epoch": run.data_state["epoch"],
         "data": dict(run.data_state),
@@ -146,15 +182,13 @@ def save_checkpoint(run: TrainingRun, log: RunLog, last_record: dict[str, Any]) 
         "world_size": run.env.world_size,
         "dp_size": run.topology.dp_size,
     }
-    final = run.checkpoints.publish(run.step, state)
-    if run.env.is_rank0:
-        log.event(
-            "checkpoint_saved",
-            run.step,
-            path=str(final),
-            size_bytes=manager.dir_size(final),
-            metrics=last_record,
-        )
+
+
+def report_saves(log: RunLog, saves: list[manager.PublishedSave]) -> None:
+    """One `checkpoint_saved` event per published checkpoint (rank 0 gets them)."""
+    for save in saves:
+        fields = {"path": str(save.path), "size_bytes": save.size_bytes, "metrics": save.metrics}
+        log.event("checkpoint_saved", save.step, **fields)
 
 
 def _stop_if_not_finite(loss: float, step: int) -> None:
@@ -176,9 +210,21 @@ def with_preemption(loop: Loop, run: TrainingRun, log: RunLog) -> ExitCode:
     """Run a step loop with SIGTERM caught as a preemption request, restored afterwards."""
     preemption = Preemption()
     try:
-        return loop(run, log, preemption)
+        code = loop(run, log, preemption)
+    except BaseException:
+        _finish_saves_quietly(run)
+        raise
     finally:
         preemption.restore()
+    return code
+
+
+def _finish_saves_quietly(run: TrainingRun) -> None:
+    """A failing run still lets a save in flight publish; its own failure is only printed."""
+    try:
+        run.checkpoints.wait()
+    except TrainerError as exc:
+        print(f"[rank {run.env.rank}] {exc.message}", flush=True)
 
 
 def train(run: TrainingRun, log: RunLog) -> ExitCode:
@@ -208,10 +254,13 @@ def _train_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCo
             log.event("validation", run.step, val_loss=val_loss)
         preempted = preemption.agreed(run.env.device)
         if _should_save(run, schedule, preempted):
-            save_checkpoint(run, log, asdict(record))
+            save_checkpoint(run, log, asdict(record), final=preempted or None)
+        report_saves(log, run.checkpoints.completed())
         if preempted:
+            report_saves(log, run.checkpoints.wait())
             log.event("preempted", run.step, code="preempted", exit_code=ExitCode.PREEMPTED)
             return ExitCode.PREEMPTED
+    report_saves(log, run.checkpoints.wait())
     log.event("finished", run.step, metrics=asdict(record) if record else {})
     return ExitCode.OK
 

@@ -176,7 +176,12 @@ def _checkpoint_manager(
 ) -> manager.CheckpointManager:
     root = Path(section.checkpoint_dir) if section.checkpoint_dir else None
     return manager.CheckpointManager(
-        run_dir, env.is_rank0, section.keep_last, root, save_optimizer=section.save_optimizer
+        run_dir,
+        env.is_rank0,
+        section.keep_last,
+        root,
+        save_optimizer=section.save_optimizer,
+        is_async=section.is_async,
     )
 
 

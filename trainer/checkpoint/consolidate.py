@@ -4,7 +4,9 @@
 `model.safetensors.index.json`), `config.json` and `generation_config.json`: a directory
 `transformers` loads as is. Every rank walks the state dict in the same order; a DTensor
 is gathered with `full_tensor()` (a collective, so all ranks take part), rank 0 writes its
-bytes and drops it. No rank ever holds a full copy of the model. `save_lora_base_model`
+bytes and drops it. No rank ever holds a full copy of the model. An asynchronous save
+instead calls `snapshot_consolidated_model` (the same gathers, into private CPU copies on
+rank 0) and `write_consolidated_snapshot` later, from a background thread. `save_lora_base_model`
 writes the frozen base under a PEFT model the same way (LoRA tensors left out, names
 unwrapped). `save_lora_adapter` writes a PEFT adapter (`adapter_model.safetensors` +
 `adapter_config.json` naming its base model), gathering only the adapter's tensors. `load_model_weights` copies a consolidated
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,17 +130,86 @@ def save_consolidated_model(
         _write_config(model, out_dir, entries, generation_config)
 
 
+@dataclass
+class ConsolidatedSnapshot:
+    """A model's Hugging Face tensors copied to CPU memory on rank 0, ready to write.
+
+    What an asynchronous save holds while the step loop goes on mutating the parameters:
+    every tensor is a private copy, so the background write sees the weights of the step
+    that was saved. Rank 0 holds the whole model here (the price of not blocking).
+    """
+
+    shards: list[list[TensorEntry]]
+    tensors: dict[str, torch.Tensor]
+    config: Any
+    generation_config: Any
+
+
+def _private_copy(native: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The full tensor, and whether it is already a fresh copy (a gather over >1 rank is)."""
+    if isinstance(native, DTensor):
+        return native.full_tensor(), native.device_mesh.size() > 1
+    return native, False
+
+
+def snapshot_consolidated_model(
+    model: nn.Module,
+    is_rank0: bool,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    generation_config: Any = None,
+) -> ConsolidatedSnapshot | None:
+    """Gather `model` into a `ConsolidatedSnapshot` on rank 0 (None elsewhere).
+
+    Every rank joins each gather, in the order `save_consolidated_model` uses; nothing is
+    written. `write_consolidated_snapshot` writes it later, from any thread.
+    """
+    items = _unique_state(model)
+    entries, source = _hf_layout(model, items)
+    natives, tensors = dict(items), {}
+    for native in dict.fromkeys(source.values()):
+        full, fresh = _private_copy(natives[native].detach())
+        for hf_name, hf_tensor in to_hf_tensors(model, native, full):
+            if is_rank0:
+                private = fresh or hf_tensor.device.type != "cpu"  # .to("cpu") copies then
+                tensors[hf_name] = hf_tensor.to("cpu") if private else hf_tensor.clone()
+        del full
+    if not is_rank0:
+        return None
+    config = copy.deepcopy(getattr(model, "config", None))
+    generation = copy.deepcopy(generation_config or getattr(model, "generation_config", None))
+    return ConsolidatedSnapshot(plan_shards(entries, max_shard_bytes), tensors, config, generation)
+
+
+def write_consolidated_snapshot(snapshot: ConsolidatedSnapshot, out_dir: Path) -> None:
+    """Write what `snapshot_consolidated_model` gathered, as `save_consolidated_model` does."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = shard_file_names(len(snapshot.shards))
+    for file_name, shard in zip(names, snapshot.shards, strict=True):
+        writer = SafetensorsFileWriter(out_dir / file_name, shard)
+        for entry in shard:
+            writer.write(entry.name, snapshot.tensors[entry.name])
+        writer.close()
+    write_index(out_dir, snapshot.shards)
+    entries = [entry for shard in snapshot.shards for entry in shard]
+    _write_config_of(snapshot.config, out_dir, entries, snapshot.generation_config)
+
+
 def _write_config(
     model: nn.Module, out_dir: Path, entries: list[TensorEntry], generation: Any
 ) -> None:
-    config = getattr(model, "config", None)
+    generation = generation or getattr(model, "generation_config", None)
+    _write_config_of(getattr(model, "config", None), out_dir, entries, generation)
+
+
+def _write_config_of(
+    config: Any, out_dir: Path, entries: list[TensorEntry], generation: Any
+) -> None:
     if config is None:
         return
     float_dtypes = [e.dtype for e in entries if e.dtype.is_floating_point]
     if float_dtypes:
         config.dtype = float_dtypes[0]
     config.save_pretrained(out_dir)
-    generation = generation or getattr(model, "generation_config", None)
     if generation is None:  # native classes carry none; derive it as transformers does
         from transformers import GenerationConfig
 

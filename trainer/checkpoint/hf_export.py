@@ -9,11 +9,14 @@ and an adapter config naming its base model, so `AutoPeftModelForCausalLM` loads
 absolute path, a hub id as given). A model built from a config has no such base anywhere
 but in this run, so its frozen weights are saved beside the adapter as `base_model/` and
 the adapter config names that directory's published path. `model/README.md` says which
-base the adapter needs and how to load it.
+base the adapter needs and how to load it. `snapshot_model_dir` is the asynchronous
+save's form: gather now, write later.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +67,25 @@ def save_model_dir(run: TrainingRun, staging: Path) -> None:
             run.model, out_dir, run.env.is_rank0, generation_config=generation
         )
     _save_tokenizer(run.tokenizer, out_dir, run.env.is_rank0)
+
+
+def snapshot_model_dir(run: TrainingRun, staging: Path) -> Callable[[], None] | None:
+    """For an asynchronous save: gather `model/` now, return what writes it (rank 0).
+
+    A full fine-tune's consolidated weights are gathered into CPU memory and written by
+    the returned function, on the background thread. A LoRA adapter is small: it, and
+    the tokenizer (which the step loop's data may still be using), are written here.
+    """
+    if run.is_peft:
+        save_model_dir(run, staging)
+        return None
+    snapshot = consolidate.snapshot_consolidated_model(
+        run.model, run.env.is_rank0, generation_config=base_generation_config(run.recipe)
+    )
+    _save_tokenizer(run.tokenizer, staging / "model", run.env.is_rank0)
+    if snapshot is None:
+        return None
+    return functools.partial(consolidate.write_consolidated_snapshot, snapshot, staging / "model")
 
 
 def _save_adapter(run: TrainingRun, staging: Path) -> None:

@@ -5,6 +5,16 @@ A save writes everything under `checkpoints/.staging_step_<N>/` (model or adapte
 replaces `LATEST` (write a temp file, fsync, rename) and prunes beyond `keep_last`, never
 the one LATEST names. A directory without `trainer_state.json` or still under a staging
 name is never resumed from; stale staging dirs are removed at start.
+
+With `checkpoint.is_async` a save only snapshots on the step loop's time (the optimizer
+state through `dcp.async_save`, whose stager copies it to CPU memory, and the gathered
+model on rank 0); `publish_async` then finishes it on a background thread: wait for this
+rank's DCP shards, write the consolidated model, meet every rank on a gloo group of its
+own (training's collectives never interleave with it), then publish exactly as above.
+LATEST therefore moves only once shards, safetensors and `trainer_state.json` are all
+on disk. `begin` (the next save) and `wait` (end of training, preemption) first finish
+the save in flight. `TUNEYARD_TEST_PUBLISH_DELAY_S` (tests only) holds each background
+publish that many seconds before it renames, so a test can kill a run mid-save.
 """
 
 from __future__ import annotations
@@ -12,9 +22,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
@@ -28,6 +43,17 @@ from trainer.errors import checkpoint_error
 
 STATE_FILE = "trainer_state.json"
 STAGING_PREFIX = ".staging_"
+PUBLISH_DELAY_ENV = "TUNEYARD_TEST_PUBLISH_DELAY_S"
+
+
+@dataclass(frozen=True)
+class PublishedSave:
+    """A checkpoint that an asynchronous save finished publishing (rank 0 reports it)."""
+
+    step: int
+    path: Path
+    size_bytes: int
+    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 def _fsync_tree(root: Path) -> None:
@@ -52,11 +78,22 @@ class CheckpointManager:
         keep_last: int | None = None,
         root: Path | None = None,
         save_optimizer: bool = True,
+        is_async: bool = False,
+        process_group: Any = None,
     ):
         self.root = root or run_dir / "checkpoints"
         self.is_rank0 = is_rank0
         self.keep_last = keep_last
         self.save_optimizer = save_optimizer
+        self.is_async = is_async
+        distributed = dist.is_initialized() and dist.get_world_size() > 1
+        if process_group is None and is_async and distributed:
+            # collective: every rank builds its manager at the same point of setup
+            process_group = dist.new_group(backend="gloo")
+        self.process_group = process_group  # the background publish's own group
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: Future[PublishedSave | None] | None = None
+        self._unreported: list[PublishedSave] = []
 
     def remove_stale_staging(self) -> None:
         if self.is_rank0 and self.root.is_dir():
@@ -96,6 +133,8 @@ class CheckpointManager:
         return self.root / f"step_{step}"
 
     def begin(self, step: int) -> Path:
+        """A fresh staging dir for `step`, once the save in flight (if any) is published."""
+        self._finish_pending()
         staging = self.staging_dir(step)
         if self.is_rank0:
             shutil.rmtree(staging, ignore_errors=True)
@@ -108,15 +147,95 @@ class CheckpointManager:
         staging, final = self.staging_dir(step), self.final_dir(step)
         barrier()  # every rank has written its optimizer shard
         if self.is_rank0:
-            (staging / STATE_FILE).write_text(json.dumps(trainer_state, indent=1))
-            _fsync_tree(staging)
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(staging, final)
-            self._point_latest(final.name)
-            self._prune(final.name)
+            self._publish_files(staging, final, trainer_state)
         barrier()
         return final
+
+    def _publish_files(self, staging: Path, final: Path, trainer_state: dict[str, Any]) -> None:
+        (staging / STATE_FILE).write_text(json.dumps(trainer_state, indent=1))
+        _fsync_tree(staging)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+        self._point_latest(final.name)
+        self._prune(final.name)
+
+    def publish_async(
+        self,
+        step: int,
+        trainer_state: dict[str, Any],
+        shards: Future | None = None,
+        write_model: Callable[[], None] | None = None,
+        metrics: dict[str, Any] | None = None,
+    ) -> None:
+        """Finish the save of `step` on a background thread; returns at once.
+
+        `shards` is this rank's `dcp.async_save` future; `write_model` writes the
+        snapshotted model into the staging dir (rank 0). Every rank calls this.
+        """
+        self._finish_pending()
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-publish")
+        job = (step, dict(trainer_state), shards, write_model, dict(metrics or {}))
+        self._pending = self._executor.submit(self._publish_in_background, *job)
+
+    def _publish_in_background(
+        self,
+        step: int,
+        trainer_state: dict[str, Any],
+        shards: Future | None,
+        write_model: Callable[[], None] | None,
+        metrics: dict[str, Any],
+    ) -> PublishedSave | None:
+        staging, final = self.staging_dir(step), self.final_dir(step)
+        if shards is not None:
+            shards.result()  # this rank's DCP files are written
+        if write_model is not None:
+            write_model()
+        delay = float(os.environ.get(PUBLISH_DELAY_ENV) or 0)
+        if delay > 0:  # test pacing: hold the save in flight
+            time.sleep(delay)
+        self._group_barrier()  # every rank's shards are on disk
+        if self.is_rank0:
+            self._publish_files(staging, final, trainer_state)
+        self._group_barrier()
+        if not self.is_rank0:
+            return None
+        return PublishedSave(step, final, dir_size(final), metrics)
+
+    def _group_barrier(self) -> None:
+        if dist.is_initialized() and dist.get_world_size(self.process_group) > 1:
+            dist.barrier(group=self.process_group)
+
+    def _finish_pending(self) -> None:
+        """Block until the save in flight is published; its failure is a checkpoint error."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        try:
+            published = pending.result()
+        except Exception as exc:  # noqa: BLE001 - any failure leaves LATEST where it was
+            raise checkpoint_error(
+                f"the asynchronous checkpoint save failed ({type(exc).__name__}: "
+                f"{str(exc)[:300]}); LATEST still names the previous checkpoint"
+            ) from exc
+        if published is not None:
+            self._unreported.append(published)
+
+    def in_flight(self) -> bool:
+        return self._pending is not None and not self._pending.done()
+
+    def wait(self) -> list[PublishedSave]:
+        """Finish the save in flight; every published save not yet reported (rank 0)."""
+        self._finish_pending()
+        return self.completed()
+
+    def completed(self) -> list[PublishedSave]:
+        """Saves published since the last call, without blocking."""
+        if self._pending is not None and self._pending.done():
+            self._finish_pending()
+        done, self._unreported = self._unreported, []
+        return done
 
     def _point_latest(self, name: str) -> None:
         tmp = self.root / "LATEST.tmp"
@@ -167,6 +286,21 @@ def save_optimizer(model: nn.Module, optimizer: Optimizer, scheduler: Any, out_d
     if scheduler is not None:
         state["lr_scheduler"] = scheduler.state_dict()
     dcp.save(state, checkpoint_id=str(out_dir))
+
+
+def async_save_optimizer(
+    model: nn.Module, optimizer: Optimizer, scheduler: Any, out_dir: Path, process_group: Any
+) -> Future:
+    """Copy the optimizer (and scheduler) state to CPU memory now; write it on a thread.
+
+    `dcp.async_save`'s default stager deep-copies every tensor before it returns, so the
+    next optimizer step cannot change what is written; `process_group` (gloo) carries the
+    save's own coordination, apart from training's collectives.
+    """
+    state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+    if scheduler is not None:
+        state["lr_scheduler"] = scheduler.state_dict()
+    return dcp.async_save(state, checkpoint_id=str(out_dir), process_group=process_group)
 
 
 def load_optimizer(model: nn.Module, optimizer: Optimizer, scheduler: Any, in_dir: Path) -> None:

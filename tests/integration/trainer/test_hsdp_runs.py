@@ -91,9 +91,7 @@ def test_hsdp_checkpoint_holds_every_shard_and_a_loadable_model(
     assert val_loss == pytest.approx(hsdp_run.records("val")[-1]["val_loss"], rel=1e-4)
 
 
-def test_killed_hsdp_run_resumes_with_identical_losses(
-    hsdp_run: RunResult, assets: Assets
-) -> None:
+def test_killed_hsdp_run_resumes_with_identical_losses(hsdp_run: RunResult, assets: Assets) -> None:
     recipe = hsdp_recipe(assets, HSDP, 4)
     run_dir = assets.root / "runs" / "hsdp-killed"
     killed = launch_until(assets, "hsdp-killed", recipe, 4, run_dir, step=6, sig=signal.SIGKILL)
