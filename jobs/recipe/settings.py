@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -23,6 +24,15 @@ def _split_roots(value: str | None) -> list[Path]:
     if not value:
         return []
     return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
+
+
+def _hub_offline_env() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def hub_offline_from_env() -> Any:
+    """A `hub_offline` field whose default is the process's HF_HUB_OFFLINE (for servers)."""
+    return Field(default_factory=_hub_offline_env)
 
 
 class RecipeSettings(BaseSettings):

@@ -10,22 +10,15 @@ home directory.
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 
-from pydantic import Field
-
-from jobs.recipe.settings import RecipeSettings
-
-
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+from jobs.recipe.settings import RecipeSettings, hub_offline_from_env
 
 
 class Settings(RecipeSettings):
     # A server whose workers cannot download (HF_HUB_OFFLINE=1, or TUNEYARD_HUB_OFFLINE)
     # refuses hub names its cache lacks (`jobs.recipe.hub_offline`).
-    hub_offline: bool = Field(default_factory=_hub_offline)
+    hub_offline: bool = hub_offline_from_env()
     database_url: str | None = None
     broker_url: str | None = None
     auth: str = "on"
