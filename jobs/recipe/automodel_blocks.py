@@ -94,7 +94,8 @@ def _distributed_config(data: dict[str, Any]) -> list[FieldError]:
 def _mp_policy(data: dict[str, Any]) -> list[FieldError]:
     distributed = data.get("distributed")
     policy = distributed.get("mp_policy") if isinstance(distributed, dict) else None
-    if isinstance(policy, dict) and policy.get("_target_") in MP_POLICIES:
+    target = policy.get("_target_") if isinstance(policy, dict) else None
+    if isinstance(target, str) and target in MP_POLICIES:
         distributed["mp_policy"] = {k: v for k, v in policy.items() if k != "_target_"}
     return []
 

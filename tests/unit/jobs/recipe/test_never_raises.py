@@ -55,3 +55,30 @@ def test_a_recipe_file_that_is_not_utf8(validate, tmp_path):
     path = tmp_path / "recipe.yaml"
     path.write_bytes(b"model: \xff\n")
     assert "UTF-8" in error_at(validate(path), "<recipe>").msg
+
+
+NEW_SECTIONS = ["wandb", "mlflow", "tokenizer", "distributed_config", "parallelizer",
+                "autopipeline", "benchmark", "teacher_model", "kd_loss_fn"]  # fmt: skip
+NESTED = [
+    ("model", "config"), ("model", "num_hidden_layers"), ("dataset", "tokenizer"),
+    ("dataset", "paths"), ("dataset", "file_pattern"), ("distributed", "mp_policy"),
+    ("checkpoint", "is_async"), ("packed_sequence", "drop_long_samples"),
+]  # fmt: skip
+ODD = [*WEIRD, None, "", "*", "../*", [0.5, {"x": 1}], {"_target_": "transformers.LlamaConfig"},
+       {"_target_": "transformers.AutoConfig.from_pretrained"}, "\x00", -1]  # fmt: skip
+
+
+@pytest.mark.parametrize("section", NEW_SECTIONS)
+@pytest.mark.parametrize("value", ODD, ids=repr)
+def test_odd_values_in_the_newer_sections_never_raise(validate, recipe, section, value):
+    recipe[section] = value
+    json.dumps(validate(recipe).to_dict())  # valid, or errors at fields: never an exception
+
+
+@pytest.mark.parametrize(("section", "key"), NESTED)
+@pytest.mark.parametrize("value", ODD, ids=repr)
+def test_odd_nested_values_never_raise(validate, recipe, section, key, value):
+    recipe.setdefault(section, {})[key] = value
+    if section == "dataset":
+        recipe["dataset"]["_target_"] = "tuneyard.datasets.MegatronPretraining"
+    json.dumps(validate(recipe).to_dict())
