@@ -165,3 +165,15 @@ def test_warnings_are_printed_in_the_report(recipe_file, env):
     done = run_cli(env, str(_with_side_sections(recipe_file)))
     assert done.returncode == 0, done.stdout
     assert "warning: ci: accepted and ignored: AutoModel CI metadata" in done.stdout
+
+
+def test_a_package_this_interpreter_lacks_is_a_warning(recipe_file, env):
+    recipe = yaml.safe_load(recipe_file.read_text())
+    recipe["optimizer"] = {"_target_": "dion.Muon", "lr": 1e-3}
+    recipe_file.write_text(yaml.safe_dump(recipe))
+    done = run_cli(env, str(recipe_file), "--json")
+    assert done.returncode == 0, done.stdout
+    payload = json.loads(done.stdout)
+    assert payload["plan"]["requires"] == {"dion": "optimizer._target_"}
+    [warning] = [w for w in payload["warnings"] if w["loc"] == "optimizer._target_"]
+    assert "needs dion, which this interpreter cannot import" in warning["msg"]
