@@ -155,6 +155,7 @@ class MockValues(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
     batch_size: PositiveInt = 1
+    exclude_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
 
 
 _MEGATRON_PARAMS = (*MegatronValues.model_fields, "seq_length", "seed")
@@ -164,7 +165,7 @@ SPECS: list[TargetSpec] = [
         "tuneyard.datasets.MockIterableDataset",
         "trainer.data.mock:MockIterableDataset",
         "dataset",
-        ("vocab_size", "seq_length", "num_samples", "batch_size", "seed"),
+        ("vocab_size", "seq_length", "num_samples", "batch_size", "seed", "exclude_token_ids"),
         values=MockValues,
     ),
     spec(

@@ -169,3 +169,11 @@ def test_specs_match_the_real_signatures():
     for spec in SPECS:
         accepted = set(inspect.signature(load_callable(spec)).parameters)
         assert spec.params | spec.injected == accepted, spec.name
+
+
+def test_mock_exclude_token_ids_is_typed(validate, recipe):
+    recipe["dataset"] = {"_target_": "tuneyard.datasets.MockIterableDataset", "vocab_size": 512,
+                         "seq_len": 32, "exclude_token_ids": [0]}  # fmt: skip
+    assert validate(recipe).valid
+    recipe["dataset"]["exclude_token_ids"] = ["pad"]
+    assert any(e.loc.startswith("dataset.exclude_token_ids") for e in validate(recipe).errors)

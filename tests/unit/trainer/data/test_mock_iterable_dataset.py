@@ -26,3 +26,15 @@ def test_batch_size_multiplies_the_samples_and_labels_match_automodels():
     assert labels == sample["input_ids"][1:] + [-100]  # AutoModel: shifted, last -100
     with pytest.raises(IndexError):
         ds[12]
+
+
+def test_excluded_token_ids_never_appear():
+    from trainer.data.mock import MockIterableDataset
+
+    dataset = MockIterableDataset(
+        vocab_size=8, seq_length=256, num_samples=4, exclude_token_ids=[0, 3]
+    )
+    tokens = {t for i in range(len(dataset)) for t in dataset[i]["input_ids"]}
+    assert tokens == {1, 2, 4, 5, 6, 7}
+    with pytest.raises(ValueError, match="no token id"):
+        MockIterableDataset(vocab_size=2, exclude_token_ids=[0, 1])
