@@ -130,8 +130,13 @@ def parallelize(
     device: torch.device,
     compile_section: dict[str, Any] | None,
 ) -> nn.Module:
-    """Shard `model` in place and return the module to call (DDP- or compile-wrapped)."""
-    model.to(device)
+    """Shard `model` in place and return the module to call (DDP- or compile-wrapped).
+
+    A model on the meta device (shard-only load) stays there: its caller allocates the
+    local shards once the parameters are DTensors, then fills them.
+    """
+    if not any(p.is_meta for p in model.parameters()):
+        model.to(device)
     plan = hooks.parallel_plan(model)
     if topology.tp_size > 1:
         apply_tensor_parallel(model, plan, topology, bool(distributed.get("sequence_parallel")))

@@ -14,6 +14,7 @@ position and RNG of the checkpoint being resumed.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,15 +24,20 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from jobs.recipe import targets
 from jobs.recipe.typed import Checkpoint as CheckpointSpec
 from jobs.recipe.typed import Recipe, StepScheduler
+from models.common import shard_load
+from models.common.safetensors_io import CheckpointError
 from trainer import builders
 from trainer.checkpoint import consolidate, manager
 from trainer.data.collate import Collator
 from trainer.distributed import DistEnv, Topology, build_mesh, check_launch
-from trainer.errors import checkpoint_error
+from trainer.errors import checkpoint_error, data_error
 from trainer.parallelize import parallelize
 from trainer.train_state import recipe_hash, restore_rng, seed_everything
+
+FULL_LOAD_ENV = "TUNEYARD_FULL_MODEL_LOAD"  # "1": every rank loads the whole model first
 
 
 @dataclass
@@ -65,7 +71,7 @@ def architecture_of(model: nn.Module) -> str:
     return names[0] if names else type(model).__name__
 
 
-def _restore_weights(model: nn.Module, ckpt: Path, is_peft: bool) -> None:
+def _check_checkpoint(model: nn.Module, ckpt: Path, is_peft: bool) -> None:
     state = manager.read_trainer_state(ckpt)
     wanted, found = architecture_of(model), state.get("architecture")
     if found and found != wanted:
@@ -77,6 +83,10 @@ def _restore_weights(model: nn.Module, ckpt: Path, is_peft: bool) -> None:
     if bool(state.get("peft")) != is_peft:
         kind = "a LoRA adapter" if state.get("peft") else "full weights"
         raise checkpoint_error(f"{ckpt} holds {kind}; the recipe's peft setting differs")
+
+
+def _restore_weights(model: nn.Module, ckpt: Path, is_peft: bool) -> None:
+    _check_checkpoint(model, ckpt, is_peft)
     if is_peft:
         consolidate.load_lora_adapter(model, ckpt / "model")
     else:
@@ -124,10 +134,54 @@ class ModelStack:
     architecture: str
 
 
+def _meta_model(recipe: Recipe) -> tuple[nn.Module, Path] | None:
+    """The shard-only load's meta model and checkpoint dir, when this run can take it:
+    FSDP2, no PEFT, a native `from_pretrained` whose family supports it (see
+    `models.common.shard_load`); `TUNEYARD_FULL_MODEL_LOAD=1` forces the full load."""
+    if os.environ.get(FULL_LOAD_ENV) == "1" or recipe.peft is not None:
+        return None
+    if recipe.topology.section().get("strategy", "fsdp2") != "fsdp2":
+        return None
+    if targets.resolve_target(recipe.model.target, "model").import_path != (
+        shard_load.FROM_PRETRAINED_IMPORT
+    ):
+        return None  # from_config, or another loader: today's path
+    try:
+        return shard_load.build_meta_native(**recipe.model.kwargs)
+    except (ValueError, OSError) as exc:
+        raise data_error(f"model: {exc}") from None
+
+
+def _shard_only_stack(
+    recipe: Recipe, env: DistEnv, topology: Topology, ckpt: Path | None, meta: tuple
+) -> ModelStack:
+    """Meta model -> parallelize -> each rank reads only its shards (of ckpt when resuming)."""
+    tokenizer = builders.load_tokenizer(recipe)
+    model, directory = meta
+    builders.check_vocab(tokenizer, model)
+    architecture = architecture_of(model)
+    if ckpt is not None:
+        _check_checkpoint(model, ckpt, is_peft=False)
+        directory = ckpt / "model"
+    compile_section = dataclasses.asdict(recipe.compile)
+    forward_model = parallelize(
+        model, topology, recipe.topology.section(), env.device, compile_section
+    )
+    try:
+        shard_load.fill_sharded(model, directory, env.device)
+    except CheckpointError as exc:
+        raise (checkpoint_error if ckpt is not None else data_error)(str(exc)) from None
+    forward_model.train()
+    return ModelStack(tokenizer, model, forward_model, False, architecture)
+
+
 def build_model_stack(
     recipe: Recipe, env: DistEnv, topology: Topology, ckpt: Path | None
 ) -> ModelStack:
     """Tokenizer and model, then the infrastructure in the module docstring's order."""
+    meta = _meta_model(recipe)
+    if meta is not None:
+        return _shard_only_stack(recipe, env, topology, ckpt, meta)
     tokenizer = builders.load_tokenizer(recipe)
     model = builders.build_model(recipe.model)
     builders.check_vocab(tokenizer, model)

@@ -136,15 +136,21 @@ class NativeCausalLM(nn.Module):
     @classmethod
     def _build_empty(cls, config: Any, dtype: torch.dtype) -> NativeCausalLM:
         """Construct on the meta device, cast, then allocate storage once (uninitialised)."""
-        with torch.device("meta"):
-            model = cls(config)
-        model.to(dtype)
-        model._restore_fp32_modules()
+        model = cls._build_meta(config, dtype)
         model.to_empty(device="cpu")
         model.tie_weights()
         for module in model.modules():
             if isinstance(module, RotaryEmbedding):
                 module.reset_buffers()
+        return model
+
+    @classmethod
+    def _build_meta(cls, config: Any, dtype: torch.dtype) -> NativeCausalLM:
+        """Construct on the meta device in `dtype` (fp32 modules kept); no storage at all."""
+        with torch.device("meta"):
+            model = cls(config)
+        model.to(dtype)
+        model._restore_fp32_modules()
         return model
 
     def _restore_fp32_modules(self) -> None:
@@ -189,16 +195,35 @@ class NativeCausalLM(nn.Module):
         attn_implementation: str | None = None,
         **kwargs: Any,
     ) -> NativeCausalLM:
-        from transformers import AutoConfig
-
         directory = Path(directory)
-        config = AutoConfig.from_pretrained(directory, local_files_only=True)
-        reject_tie_word_embeddings_flip(config, kwargs, cls.__name__)
-        config = _with_overrides(config, kwargs)
-        _check_supported(cls, config, attn_implementation)
+        config = cls._pretrained_config(directory, attn_implementation, kwargs)
         model = cls._build_empty(config, _dtype_or_default(dtype, config))
         model.load_hf_weights(directory)
         return model.eval()
+
+    @classmethod
+    def meta_from_pretrained(
+        cls,
+        directory: str | Path,
+        dtype: Any = None,
+        attn_implementation: str | None = None,
+        **kwargs: Any,
+    ) -> NativeCausalLM:
+        """`from_pretrained`'s model on the meta device, weights not read (shard-only load)."""
+        config = cls._pretrained_config(Path(directory), attn_implementation, kwargs)
+        return cls._build_meta(config, _dtype_or_default(dtype, config)).eval()
+
+    @classmethod
+    def _pretrained_config(
+        cls, directory: Path, attn_implementation: str | None, overrides: dict[str, Any]
+    ) -> Any:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(directory, local_files_only=True)
+        reject_tie_word_embeddings_flip(config, overrides, cls.__name__)
+        config = _with_overrides(config, overrides)
+        _check_supported(cls, config, attn_implementation)
+        return config
 
     # --- Hugging Face weights in and out -------------------------------------------
     def hf_load_targets(self) -> dict[str, torch.Tensor]:

@@ -30,6 +30,10 @@ class ExpertMappingError(KeyError):
 class Qwen3MoeStateDictAdapter:
     """Stateless conversions; `config.num_experts` fixes how many experts each layer has."""
 
+    # Per-expert targets are views into a grouped parameter: once it is a sharded DTensor
+    # they are no longer its storage, so the shard-only load keeps the full-model path.
+    supports_low_memory_dcp_load = False
+
     @staticmethod
     def convert_single_tensor_to_hf(fqn: str, tensor: torch.Tensor) -> list[tuple[str, Any]]:
         """One native tensor -> its Hugging Face (key, tensor) pairs (views for experts)."""
