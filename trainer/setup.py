@@ -6,7 +6,11 @@ model, then applies infrastructure in this order: PEFT (which freezes the base m
 load/restore of checkpointed weights (after PEFT, so a LoRA checkpoint finds its adapter
 modules; before sharding, so whole tensors load into plain modules), sharding and device
 placement (`trainer.parallelize`), `torch.compile` (last, so it traces the sharded
-modules). fp8/QAT and context parallelism never reach here: validation refuses them. Then
+modules). Under FSDP2 without PEFT a native `from_pretrained` model (and a resume of it)
+takes the shard-only path instead: built on `meta`, sharded, then filled one checkpoint
+tensor at a time with each rank keeping its shard (`models.common.shard_load`;
+`TUNEYARD_FULL_MODEL_LOAD=1` forces the old path). fp8/QAT and context parallelism never
+reach here: validation refuses them. Then
 the data loaders, optimizer, LR scheduler and loss, and the optimizer, scheduler, data
 position and RNG of the checkpoint being resumed.
 """
