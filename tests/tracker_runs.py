@@ -107,3 +107,17 @@ def mlflow_history(tracking_uri: str, experiment: str) -> dict[str, dict[int, fl
         key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
         for key in run.data.metrics
     }
+
+
+def isolate_trackers(home: Path, monkeypatch: Any) -> Path:
+    """W&B offline with every directory under `home`, and no tracker credentials or run ids
+    from the caller's environment: nothing reaches the network or $HOME (subprocesses too)."""
+    for var, sub in (("WANDB_DIR", "dir"), ("WANDB_CONFIG_DIR", "config"),
+                     ("WANDB_CACHE_DIR", "cache"), ("WANDB_DATA_DIR", "data"),
+                     ("WANDB_ARTIFACT_DIR", "artifacts")):  # fmt: skip
+        monkeypatch.setenv(var, str(home / sub))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for var in ("WANDB_API_KEY", "MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_ALLOW_FILE_STORE"):
+        monkeypatch.delenv(var, raising=False)
+    return home

@@ -51,11 +51,8 @@ def build_target(call: TargetCall, loc: str, **injected: Any) -> Any:
 
 
 def tokenizer_path(recipe: Recipe) -> str | None:
-    from trainer.data.tokenizer import tokenizer_call
-
-    call = tokenizer_call(recipe)
-    if call is not None:
-        return str(call.get("pretrained_model_name_or_path"))
+    if recipe.tokenizer is not None:
+        return str(recipe.tokenizer.get("pretrained_model_name_or_path"))
     for call in (recipe.dataset, recipe.validation_dataset, recipe.model):
         value = call.get("tokenizer_name_or_path") if call is not None else None
         if value:
@@ -65,30 +62,15 @@ def tokenizer_path(recipe: Recipe) -> str | None:
 
 def load_tokenizer(recipe: Recipe) -> Any | None:
     """The tokenizer, from local files or the hub cache only; remote code only as the model's
-    grant (validation refused it unless the operator allows it)."""
-    from trainer.data.tokenizer import tokenizer_call
+    grant (validation refused it unless the operator allows it). A recipe's `tokenizer:`
+    section (validation lifts a dataset's own into it) is built through the allowlist."""
+    from trainer.data.tokenizer import from_pretrained
 
     remote_code = bool(recipe.model.get("trust_remote_code"))
-    call = tokenizer_call(recipe)
-    if call is not None:  # trainer.data.tokenizer: local files only, pad token set
-        return build_target(call, "tokenizer", trust_remote_code=remote_code)
+    if recipe.tokenizer is not None:
+        return build_target(recipe.tokenizer, "tokenizer", trust_remote_code=remote_code)
     path = tokenizer_path(recipe)
-    if path is None:
-        return None
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            path, local_files_only=True, trust_remote_code=remote_code
-        )
-    except (OSError, ValueError) as exc:
-        raise data_error(
-            f"tokenizer: cannot load a tokenizer from {path} ({exc}); set "
-            "dataset.tokenizer_name_or_path to a local tokenizer dir"
-        ) from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
+    return None if path is None else from_pretrained(path, trust_remote_code=remote_code)
 
 
 def build_model(call: TargetCall, loc: str = "model") -> nn.Module:

@@ -44,15 +44,18 @@ def check_data_paths(
     roots, runs = settings.allowed_data_roots(), settings.resolved_runs_dir
     checks: dict[str, PathCheck] = {}
     errors: list[FieldError] = []
+    hub: dict[str, Any] = {}
     for loc, value, form in _data_path_values(recipe):
-        check = (
-            check_file_set(value, loc, roots, form) if form else check_data_path(value, loc, roots)
-        )
+        if form:
+            check = check_file_set(value, loc, roots, form)
+        else:
+            check = check_data_path(value, loc, roots)
         checks[loc] = check
-        errors += checks[loc].errors
-        if checks[loc].path is not None:
-            errors += confinement_errors(checks[loc].path, loc, runs, scope)
-    hub = {loc: value for loc, value, _ in _data_path_values(recipe) if checks[loc].kind == "hub"}
+        errors += check.errors
+        if check.path is not None:
+            errors += confinement_errors(check.path, loc, runs, scope)
+        if check.kind == "hub":
+            hub[loc] = value
     return checks, errors + offline_errors(hub, settings.hub_offline)
 
 

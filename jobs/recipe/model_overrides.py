@@ -84,7 +84,7 @@ def check_overrides(
     return [e for e in found if e is not None], []
 
 
-def apply_overrides(
+def config_with_overrides(
     config: dict[str, Any] | None, section: dict[str, Any]
 ) -> dict[str, Any] | None:
     """The config as the trainer will build it (for the plan's parameter count)."""

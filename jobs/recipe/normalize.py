@@ -48,7 +48,7 @@ from jobs.recipe.model_config import (
     hub_cache_root,
     read_config_file,
 )
-from jobs.recipe.model_overrides import apply_overrides, check_overrides
+from jobs.recipe.model_overrides import check_overrides, config_with_overrides
 from jobs.recipe.paths import PathCheck
 from jobs.recipe.schema import (
     FIXED_SECTIONS,
@@ -192,7 +192,7 @@ def _model_info(
                 hub = [hub_cache_root()]
                 config, errors = read_config_file(cached, loc, hub) if cached else (None, [])
     errs, warnings = _override_errors(model, section, config)
-    built = apply_overrides(config, model)
+    built = config_with_overrides(config, model)
     info = ModelInfo(architecture_of(built), estimate_param_count(built), built, warnings)
     return info, errors + errs
 

@@ -14,6 +14,7 @@ import glob
 import os
 from pathlib import Path
 
+from jobs.recipe.errors import FieldError
 from jobs.recipe.paths import PathCheck, check_data_path, check_path
 
 PREFIX, GLOB = "megatron_prefix", "glob"
@@ -23,12 +24,10 @@ GLOB_CHARS = frozenset("*?[")
 
 
 def _invalid(loc: str, msg: str, fix: str) -> PathCheck:
-    from jobs.recipe.errors import FieldError
-
     return PathCheck("invalid", errors=[FieldError(loc, msg, fix)])
 
 
-def _each_inside(files: list[str], loc: str, roots: list[Path]) -> list:
+def _each_inside(files: list[str], loc: str, roots: list[Path]) -> list[FieldError]:
     errors = []
     for file in files:
         errors += check_data_path(file, loc, roots).errors

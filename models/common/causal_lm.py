@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -237,17 +237,22 @@ class NativeCausalLM(nn.Module):
         """Read every tensor straight into its parameter; refuse missing or extra keys."""
         targets = self.hf_load_targets()
         with SafetensorsReader(directory) as reader:
-            available = set(reader.specs)
-            missing = sorted(set(targets) - available)
-            extra = sorted(k for k in available - set(targets) if not self._ignorable(k))
-            if missing or extra:
-                raise CheckpointError(
-                    f"{directory}: checkpoint does not match {type(self).__name__}: "
-                    f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
-                    f"unexpected {extra[:5]}{'...' if len(extra) > 5 else ''}"
-                )
+            self.check_checkpoint_keys(targets, set(reader.specs), directory)
             reader.read_many(targets.items())
         self.tie_weights()
+
+    def check_checkpoint_keys(
+        self, targets: Mapping[str, Any], available: set[str], directory: Path
+    ) -> None:
+        """Refuse a checkpoint whose keys are not exactly the model's (ignorable ones aside)."""
+        missing = sorted(set(targets) - available)
+        extra = sorted(k for k in available - set(targets) if not self._ignorable(k))
+        if missing or extra:
+            raise CheckpointError(
+                f"{directory}: checkpoint does not match {type(self).__name__}: "
+                f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+                f"unexpected {extra[:5]}{'...' if len(extra) > 5 else ''}"
+            )
 
     def _ignorable(self, key: str) -> bool:
         if key == "lm_head.weight" and tie_enabled(type(self), self.config):

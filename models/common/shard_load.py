@@ -99,15 +99,7 @@ def iter_checked(
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """(key, target) pairs, once the checkpoint's keys match the model's exactly."""
     targets = _load_targets(model)
-    available = set(reader.specs)
-    missing = sorted(set(targets) - available)
-    extra = sorted(k for k in available - set(targets) if not model._ignorable(k))
-    if missing or extra:
-        raise CheckpointError(
-            f"{directory}: checkpoint does not match {type(model).__name__}: "
-            f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
-            f"unexpected {extra[:5]}{'...' if len(extra) > 5 else ''}"
-        )
+    model.check_checkpoint_keys(targets, set(reader.specs), directory)
     yield from targets.items()
 
 

@@ -1,4 +1,4 @@
-"""The tokenizer a recipe's `tokenizer:` section (or a dataset's `tokenizer` keyword) names:
+"""The tokenizer a recipe's `tokenizer:` section names (validation lifts a dataset's own there):
 `transformers.AutoTokenizer.from_pretrained` and AutoModel's
 `NeMoAutoTokenizer.from_pretrained`, loaded from local files or the hub cache only.
 
@@ -15,20 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.recipe.targets import is_target_section
-from jobs.recipe.typed import Recipe, TargetCall
 from trainer.errors import data_error
-
-
-def tokenizer_call(recipe: Recipe) -> TargetCall | None:
-    """The recipe's tokenizer target: its `tokenizer:` section, else a dataset's `tokenizer`."""
-    if recipe.tokenizer is not None:
-        return recipe.tokenizer
-    for call in (recipe.dataset, recipe.validation_dataset):
-        nested = call.get("tokenizer") if call is not None else None
-        if is_target_section(nested):
-            return TargetCall.from_json(dict(nested))
-    return None
 
 
 def from_pretrained(

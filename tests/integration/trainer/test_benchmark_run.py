@@ -9,7 +9,7 @@ import statistics
 from typing import Any
 
 import pytest
-from trainer_harness import Assets, launch, launch_until
+from trainer_harness import Assets, benchmark_recipe, launch, launch_until
 
 from jobs.recipe.exit_codes import ExitCode
 
@@ -18,30 +18,13 @@ pytestmark = pytest.mark.slow
 WARMUP, MEASURED = 2, 4
 
 
-def benchmark_recipe(assets: Assets) -> dict[str, Any]:
-    return {
-        "recipe": "BenchmarkingRecipeForNextTokenPrediction",
-        "benchmark": {"warmup_steps": WARMUP, "measured_steps": MEASURED},
-        "step_scheduler": {"global_batch_size": 4, "local_batch_size": 2},
-        "model": {
-            "_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
-            "pretrained_model_name_or_path": str(assets.model),
-            "dtype": "float32",
-        },
-        "distributed": {"strategy": "ddp"},
-        "dataset": {
-            "_target_": "tuneyard.datasets.MockDataset",
-            "vocab_size": 512,
-            "seq_length": 32,
-            "num_samples": 8,  # fewer than the run needs: a benchmark cycles the data
-        },
-        "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4},
-    }
+def _recipe(assets: Assets) -> dict[str, Any]:
+    return benchmark_recipe(assets, warmup=WARMUP, measured=MEASURED)
 
 
 @pytest.fixture(scope="module")
 def run(assets: Assets):
-    result = launch(assets, "benchmark", benchmark_recipe(assets), nproc=2)
+    result = launch(assets, "benchmark", _recipe(assets), nproc=2)
     assert result.returncode == 0, result.output
     return result
 
@@ -84,7 +67,7 @@ def test_no_checkpoint_by_default(run) -> None:
 
 
 def test_a_given_peak_makes_mfu_tflops_over_peak(assets: Assets) -> None:
-    recipe = benchmark_recipe(assets)
+    recipe = _recipe(assets)
     recipe["benchmark"] = {"warmup_steps": 1, "measured_steps": 2, "peak_tflops": 0.5}
     result = launch(assets, "benchmark-peak", recipe, nproc=2)
     assert result.returncode == 0, result.output
@@ -97,7 +80,7 @@ def test_a_given_peak_makes_mfu_tflops_over_peak(assets: Assets) -> None:
 
 
 def test_sigterm_ends_a_benchmark_preempted_without_a_summary(assets: Assets) -> None:
-    recipe = benchmark_recipe(assets)
+    recipe = _recipe(assets)
     recipe["benchmark"] = {"warmup_steps": 1, "measured_steps": 100_000}
     run_dir = assets.root / "runs" / "benchmark-sigterm"
     result = launch_until(assets, "benchmark-sigterm", recipe, 1, run_dir, step=3,

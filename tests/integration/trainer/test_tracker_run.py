@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tracker_runs import mlflow_history, wandb_runs
-from trainer_harness import Assets, base_recipe, launch
+from tracker_runs import isolate_trackers, mlflow_history, wandb_runs
+from trainer_harness import Assets, base_recipe, benchmark_recipe, launch
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("wandb")
@@ -26,45 +26,21 @@ def finetune_recipe(assets: Assets) -> dict[str, Any]:
     return base_recipe(assets, step_scheduler=schedule, checkpoint={"enabled": False}, **TRACKERS)
 
 
-def benchmark_recipe(assets: Assets) -> dict[str, Any]:
-    return {
-        "recipe": "BenchmarkingRecipeForNextTokenPrediction",
-        "benchmark": {"warmup_steps": 1, "measured_steps": 3},
-        "step_scheduler": {"global_batch_size": 4, "local_batch_size": 2},
-        "model": {
-            "_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
-            "pretrained_model_name_or_path": str(assets.model),
-            "dtype": "float32",
-        },
-        "distributed": {"strategy": "ddp"},
-        "dataset": {
-            "_target_": "tuneyard.datasets.MockDataset",
-            "vocab_size": 512,
-            "seq_length": 32,
-            "num_samples": 8,
-        },  # fmt: skip
-        "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4},
-        **TRACKERS,
-    }
+def tracked_benchmark_recipe(assets: Assets) -> dict[str, Any]:
+    return {**benchmark_recipe(assets, warmup=1, measured=3), **TRACKERS}
 
 
 @pytest.fixture
 def tracker_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """W&B and MLflow kept off the network and out of $HOME (the trainer inherits this)."""
-    home = tmp_path / "tracker-home"
-    for var, sub in (("WANDB_DIR", "dir"), ("WANDB_CONFIG_DIR", "config"),
-                     ("WANDB_CACHE_DIR", "cache"), ("WANDB_DATA_DIR", "data"),
-                     ("WANDB_ARTIFACT_DIR", "artifacts")):  # fmt: skip
-        monkeypatch.setenv(var, str(home / sub))
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
+    home = isolate_trackers(tmp_path / "tracker-home", monkeypatch)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # to read the file store back here
-    for var in ("WANDB_API_KEY", "MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID"):
-        monkeypatch.delenv(var, raising=False)
     return home
 
 
-@pytest.mark.parametrize("make", [finetune_recipe, benchmark_recipe], ids=["finetune", "bench"])
+@pytest.mark.parametrize(
+    "make", [finetune_recipe, tracked_benchmark_recipe], ids=["finetune", "bench"]
+)
 def test_trackers_log_what_metrics_jsonl_has_from_rank_0_only(
     assets: Assets, tracker_env: Path, make
 ) -> None:

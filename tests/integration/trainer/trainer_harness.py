@@ -242,3 +242,25 @@ def strategy_run(assets: Assets, name: str) -> RunResult:
         recipe = strategy_recipe(assets, name)
         _shared_runs[name] = launch(assets, f"parallel-{name}", recipe, nproc=2)
     return _shared_runs[name]
+
+
+def benchmark_recipe(assets: Assets, warmup: int, measured: int) -> dict[str, Any]:
+    """A 2-rank DDP benchmark recipe on mock data (fewer samples than it needs: it cycles)."""
+    return {
+        "recipe": "BenchmarkingRecipeForNextTokenPrediction",
+        "benchmark": {"warmup_steps": warmup, "measured_steps": measured},
+        "step_scheduler": {"global_batch_size": 4, "local_batch_size": 2},
+        "model": {
+            "_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
+            "pretrained_model_name_or_path": str(assets.model),
+            "dtype": "float32",
+        },
+        "distributed": {"strategy": "ddp"},
+        "dataset": {
+            "_target_": "tuneyard.datasets.MockDataset",
+            "vocab_size": 512,
+            "seq_length": 32,
+            "num_samples": 8,
+        },  # fmt: skip
+        "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4},
+    }

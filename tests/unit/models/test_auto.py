@@ -84,3 +84,15 @@ def test_broken_native_import_falls_back_to_hf(monkeypatch):
     )
     cls, why = native_class_for(tiny_llama_config(architectures=["LlamaForCausalLM"]))
     assert cls is None and "failed to import" in why
+
+
+def test_auto_config_applies_overrides_and_refuses_unknown_attributes(tiny_llama_dir):
+    from models.auto import auto_config
+
+    config = auto_config(str(tiny_llama_dir), num_hidden_layers=1)
+    assert config.num_hidden_layers == 1 and config.model_type == "llama"
+    model = AutoModelForCausalLM.from_config(config)
+    assert len(model.model.layers) == 1
+    with pytest.raises(ModelLoadError) as info:
+        auto_config(str(tiny_llama_dir), num_hiden_layers=1)
+    assert info.value.field == "model.config.num_hiden_layers"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tracker_runs import mlflow_history, wandb_runs
+from tracker_runs import isolate_trackers, mlflow_history, wandb_runs
 
 from jobs.recipe.settings import RecipeSettings
 from jobs.recipe.typed import Recipe
@@ -25,15 +25,7 @@ pytest.importorskip("mlflow")
 @pytest.fixture(autouse=True)
 def offline_trackers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing reaches the network or $HOME: W&B offline with its dirs in tmp, no MLflow env."""
-    home = tmp_path / "tracker-home"
-    for var, sub in (("WANDB_DIR", "dir"), ("WANDB_CONFIG_DIR", "config"),
-                     ("WANDB_CACHE_DIR", "cache"), ("WANDB_DATA_DIR", "data"),
-                     ("WANDB_ARTIFACT_DIR", "artifacts")):  # fmt: skip
-        monkeypatch.setenv(var, str(home / sub))
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    for var in ("WANDB_API_KEY", "MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_ALLOW_FILE_STORE"):
-        monkeypatch.delenv(var, raising=False)
+    isolate_trackers(tmp_path / "tracker-home", monkeypatch)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
 
 

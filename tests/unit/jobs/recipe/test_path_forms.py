@@ -66,3 +66,11 @@ def test_an_existing_file_is_a_plain_path(roots):
     file = str(roots[0] / "corpus" / "web_text_document.bin")
     assert check_file_set(file, "l", roots, PREFIX).kind == "local"
     assert check_file_set(12, "l", roots, GLOB).kind == "invalid"
+
+
+def test_a_glob_naming_too_many_files_is_refused(roots, monkeypatch):
+    import jobs.recipe.path_forms as path_forms
+
+    monkeypatch.setattr(path_forms, "MAX_MATCHES", 2)
+    msg = _err(check_file_set(str(roots[0] / "corpus" / "*"), "l", roots, GLOB))
+    assert "more than 2 files" in msg
