@@ -2,7 +2,7 @@
 
 `init_distributed` joins the torchrun group (nccl on CUDA, gloo on CPU) or, for a plain
 `python -m trainer`, forms a one-process gloo group so the same code paths (DDP, FSDP2,
-DCP) run everywhere. `build_mesh` lays ranks out as (dp_replicate, dp_shard, tp): tensor
+DCP) run everywhere. `build_mesh` lays ranks out as (pp, dp_replicate, dp_shard, cp, tp): tensor
 parallel peers are adjacent ranks and share a data-parallel rank, so they see the same
 batches. Expert parallelism (`ep_size`) spreads MoE experts over the data-parallel ranks
 themselves: it needs ep_size == the data-parallel size (no tp, no dp_replicate).
@@ -46,6 +46,8 @@ class Topology:
     dp_rank: int
     tp_size: int
     ep_size: int = 1
+    pp_size: int = 1
+    cp_size: int = 1
 
     @property
     def dp_mesh(self) -> DeviceMesh:
@@ -56,6 +58,22 @@ class Topology:
     @property
     def tp_mesh(self) -> DeviceMesh | None:
         return self.mesh["tp"] if self.tp_size > 1 else None
+
+    @property
+    def pp_mesh(self) -> DeviceMesh | None:
+        return self.mesh["pp"] if self.pp_size > 1 else None
+
+    @property
+    def cp_mesh(self) -> DeviceMesh | None:
+        return self.mesh["cp"] if self.cp_size > 1 else None
+
+    @property
+    def pp_rank(self) -> int:
+        return self.mesh.get_local_rank("pp") if self.pp_size > 1 else 0
+
+    @property
+    def cp_rank(self) -> int:
+        return self.mesh.get_local_rank("cp") if self.cp_size > 1 else 0
 
     def mesh_shape(self) -> dict[str, int]:
         """Axis name -> size of the mesh this rank built (what the `started` event reports)."""
@@ -113,10 +131,21 @@ def check_launch(env: DistEnv, layout: Layout) -> None:
 
 
 def build_mesh(env: DistEnv, layout: Layout) -> Topology:
-    """The ([dp_replicate,] dp_shard, tp) mesh of the validated layout (sizes already checked)."""
+    """The ([pp,] [dp_replicate,] dp_shard, [cp,] tp) mesh of the validated layout.
+
+    Axes of size 1 other than dp_shard and tp are left out. Pipeline stages are the
+    outermost axis (stage peers are furthest apart: only activations cross it), tensor
+    parallel peers the innermost (adjacent ranks), and context-parallel peers sit between
+    them and data parallelism: they share a data-parallel rank, so they see the same batch
+    and each keeps its own slice of the sequence.
+    """
     tp, replicate, shard = layout.tp_size, layout.dp_replicate_size, layout.dp_shard_size
-    axes = ([("dp_replicate", replicate)] if replicate > 1 else []) + [
+    pp, cp = layout.pp_size, layout.cp_size
+    axes = [
+        *([("pp", pp)] if pp > 1 else []),
+        *([("dp_replicate", replicate)] if replicate > 1 else []),
         ("dp_shard", shard),
+        *([("cp", cp)] if cp > 1 else []),
         ("tp", tp),
     ]
     mesh = init_device_mesh(
@@ -126,7 +155,7 @@ def build_mesh(env: DistEnv, layout: Layout) -> Topology:
     )
     replica = mesh.get_local_rank("dp_replicate") if replicate > 1 else 0
     dp_rank = replica * shard + mesh.get_local_rank("dp_shard")
-    return Topology(mesh, replicate * shard, dp_rank, tp, layout.ep_size)
+    return Topology(mesh, replicate * shard, dp_rank, tp, layout.ep_size, pp, cp)
 
 
 def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
