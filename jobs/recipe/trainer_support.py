@@ -22,7 +22,7 @@ NOT_YET = "is not supported by tuneyard's trainer yet"
 def check_trainer_support(recipe: dict[str, Any], accelerator: str) -> list[FieldError]:
     distributed = recipe.get("distributed") or {}
     return [
-        *_parallelism_errors(distributed),
+        *_parallelism_errors(distributed, accelerator),
         *_expert_parallel_errors(distributed),
         *_peft_errors(recipe.get("peft") is not None, distributed),
         *_checkpoint_errors(recipe.get("checkpoint") or {}),
@@ -36,7 +36,7 @@ def _size(distributed: dict[str, Any], key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
 
-def _parallelism_errors(distributed: dict[str, Any]) -> list[FieldError]:
+def _parallelism_errors(distributed: dict[str, Any], accelerator: str) -> list[FieldError]:
     errors = [
         FieldError(
             f"distributed.{key}", f"{what} ({key} > 1) {NOT_YET}", f"set distributed.{key}: 1"
@@ -45,13 +45,34 @@ def _parallelism_errors(distributed: dict[str, Any]) -> list[FieldError]:
         if _size(distributed, key) > 1
     ]
     strategy = distributed.get("strategy")
-    if strategy not in (None, "fsdp2", "ddp"):
+    if strategy == "megatron_fsdp":
+        errors.append(_megatron_fsdp_error(accelerator))
+    elif strategy not in (None, "fsdp2", "ddp"):
         msg = f"strategy {strategy!r} {NOT_YET}"
         errors.append(FieldError("distributed.strategy", msg, "use strategy: fsdp2 or ddp"))
     if strategy == "ddp" and _size(distributed, "tp_size") > 1:
         msg = "DDP replicates whole models and cannot shard them for tensor parallelism"
         errors.append(FieldError("distributed.tp_size", msg, "use strategy: fsdp2 or tp_size: 1"))
     return errors
+
+
+def _megatron_fsdp_error(accelerator: str) -> FieldError:
+    """Megatron-FSDP keeps its parameter and gradient buffers on the current CUDA device
+    (its constructor asks `torch.cuda.current_device()`), so no CPU job can run it; on CUDA
+    the trainer does not wire its optimizer wrapper and DTensor state dicts into the
+    checkpointer, so the job is refused rather than accepted and failed on the worker."""
+    fix = "use strategy: fsdp2 (the same ZeRO-3 sharding of parameters, gradients and optimizer state)"
+    if accelerator != "cuda":
+        msg = (
+            f"megatron_fsdp runs on CUDA only (Megatron-FSDP's buffers live on the GPU); "
+            f"the job's accelerator is {accelerator}"
+        )
+    else:
+        msg = (
+            f"strategy 'megatron_fsdp' {NOT_YET}: Megatron-FSDP's optimizer wrapper and "
+            "state dicts are not connected to tuneyard's checkpointing"
+        )
+    return FieldError("distributed.strategy", msg, fix)
 
 
 def _expert_parallel_errors(distributed: dict[str, Any]) -> list[FieldError]:

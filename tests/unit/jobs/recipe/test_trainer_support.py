@@ -109,3 +109,13 @@ def test_the_matching_backend_is_accepted(validate, recipe):
     assert validate(recipe).valid
     recipe["dist_env"] = {"backend": "nccl"}
     assert validate(recipe, accelerator="cuda").valid
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "cuda"])
+def test_megatron_fsdp_is_refused_at_submit_with_its_reason(validate, recipe, accelerator):
+    """Megatron-FSDP is CUDA-only, and the trainer does not wire it: refused at submit on
+    both accelerators (never accepted and then failed on a worker), pointing at fsdp2."""
+    recipe["distributed"].update(strategy="megatron_fsdp")
+    error = error_at(validate(recipe, accelerator=accelerator), "distributed.strategy")
+    assert "fsdp2" in error.fix
+    assert ("CUDA only" in error.msg) == (accelerator == "cpu"), error.msg
