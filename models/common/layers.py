@@ -118,9 +118,16 @@ class DecoderLayer(nn.Module):
     """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
     def __init__(
-        self, config: Any, mlp: nn.Module, qk_norm: bool = False, qkv_bias: bool | None = None
+        self,
+        config: Any,
+        mlp: nn.Module,
+        qk_norm: bool = False,
+        qkv_bias: bool | None = None,
+        sliding_window: int | None = None,
     ) -> None:
         super().__init__()
+        # Read by DecoderModel to pick this layer's mask (None: full causal attention).
+        self.sliding_window = sliding_window
         self.self_attn = Attention(config, qk_norm=qk_norm, qkv_bias=qkv_bias)
         self.mlp = mlp
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -163,7 +170,13 @@ class DecoderModel(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
         self.layers = nn.ModuleList(
-            DecoderLayer(config, mlp_factory(config, i), qk_norm=qk_norm, qkv_bias=qkv_bias)
+            DecoderLayer(
+                config,
+                mlp_factory(config, i),
+                qk_norm=qk_norm,
+                qkv_bias=qkv_bias,
+                sliding_window=layer_sliding_window(config, i),
+            )
             for i in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -180,13 +193,35 @@ class DecoderModel(nn.Module):
             raise ValueError("give exactly one of input_ids or inputs_embeds")
         hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         batch, seq = hidden.shape[:2]
-        mask = build_attention_mask(attention_mask, position_ids, batch, seq, hidden.device)
+        masks = {  # one mask per distinct sliding window (None: full causal)
+            window: build_attention_mask(
+                attention_mask, position_ids, batch, seq, hidden.device, sliding_window=window
+            )
+            for window in {getattr(layer, "sliding_window", None) for layer in self.layers}
+        }
         if position_ids is None:
             position_ids = torch.arange(seq, device=hidden.device).unsqueeze(0).expand(batch, -1)
         position_embeddings = self.rotary_emb(hidden, position_ids)
         for layer in self.layers:
+            mask = masks[getattr(layer, "sliding_window", None)]
             hidden = layer(hidden, position_embeddings=position_embeddings, attention_mask=mask)
         return self.norm(hidden)
+
+
+def layer_sliding_window(config: Any, layer_idx: int) -> int | None:
+    """Layer `layer_idx`'s attention window in tokens, or None for full causal attention.
+
+    Configs with `layer_types` window only their "sliding_attention" layers (Qwen2/Qwen3
+    with `use_sliding_window`, whose configs clear `sliding_window` otherwise); configs
+    without it apply a set `sliding_window` to every layer (Mistral, Mixtral).
+    """
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return None
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None and layer_types[layer_idx] != "sliding_attention":
+        return None
+    return int(window)
 
 
 def build_attention_mask(
@@ -195,23 +230,29 @@ def build_attention_mask(
     batch: int,
     seq: int,
     device: torch.device,
+    sliding_window: int | None = None,
 ) -> torch.Tensor | None:
     """A boolean (batch, 1, q, k) mask, or None when plain causal attention is exact.
 
     Padding comes from `attention_mask` (1 = token, 0 = pad). Packed rows are detected from
     caller-given `position_ids` restarting at 0: each packed sample attends only to itself.
-    Inspecting the inputs syncs with the host; calls without either return None at once,
-    so compiled training on unpadded batches has no graph break here.
+    With `sliding_window` w, query i sees keys i-w+1..i (w keys, itself included), which
+    only changes anything when seq > w. Inspecting the inputs syncs with the host; calls
+    without either and with no window in reach return None at once, so compiled training
+    on unpadded batches has no graph break here.
     """
-    if attention_mask is None and position_ids is None:
+    windowed = sliding_window is not None and seq > sliding_window
+    if attention_mask is None and position_ids is None and not windowed:
         return None
     packed = position_ids is not None and seq > 1 and bool((position_ids[:, 1:] == 0).any())
     if packed:
         packed = bool((position_ids[:, 0] == 0).all())
     has_padding = attention_mask is not None and not bool(attention_mask.all())
-    if not packed and not has_padding:
+    if not packed and not has_padding and not windowed:
         return None
     causal = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
+    if windowed:
+        causal = causal.triu(diagonal=1 - sliding_window)
     mask = causal[None, None].expand(batch, 1, seq, seq)
     if packed:
         document = (position_ids == 0).cumsum(dim=1)
