@@ -41,6 +41,28 @@ def scheduler(loglevel: str = typer.Option("INFO", "--loglevel")) -> None:
     run_forever()
 
 
+def health(
+    role: str = typer.Argument(..., help="worker or scheduler"),
+    ready: bool = typer.Option(
+        False, "--ready", help="also require the last pass to reach the database"
+    ),
+    max_age: float = typer.Option(
+        60.0, "--max-age", min=1.0, help="seconds since the loop last ran"
+    ),
+) -> None:
+    """Probe a worker or scheduler in this container (exit 0 healthy, 1 not): for Kubernetes
+    liveness (`tuneyard health worker`) and readiness (`--ready`) probes."""
+    from worker.health import ROLES, check
+
+    if role not in ROLES:
+        typer.echo(f"role must be one of {', '.join(ROLES)}, not {role!r}", err=True)
+        raise typer.Exit(2)
+    verdict = check(role, max_age, ready=ready)
+    typer.echo(verdict.reason, err=not verdict.healthy)
+    raise typer.Exit(0 if verdict.healthy else 1)
+
+
 def register(app: typer.Typer) -> None:
     app.command("worker")(worker)
     app.command("scheduler")(scheduler)
+    app.command("health")(health)

@@ -23,6 +23,7 @@ from jobs.orchestration.states import TransitionRefused
 from jobs.store.engine import session_scope
 from jobs.store.leases import expired_leases, mark_lost_workers, stale_queued_jobs
 from jobs.store.tables import utcnow
+from worker import health
 from worker.config import WorkerConfig, get_worker_config
 from worker.settle import dispatch_after_commit
 
@@ -88,6 +89,8 @@ def run_forever(config: WorkerConfig | None = None, stop: threading.Event | None
             report = reconcile_once(config)
             if report.expired or report.redispatched or report.lost_workers:
                 log.info("reconciled: %s", report)
+            health.mark("scheduler", ok=True)
         except Exception as exc:  # database or broker down: try again next pass
             log.warning("reconcile pass failed: %s", exc)
+            health.mark("scheduler", ok=False, detail=f"reconcile failed: {type(exc).__name__}")
         stop.wait(config.reconcile_seconds)

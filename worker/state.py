@@ -22,6 +22,7 @@ from typing import Any
 from jobs.recipe.requirements import worker_packages
 from jobs.store.engine import session_scope
 from jobs.store.leases import record_heartbeat
+from worker import health
 from worker.config import WorkerConfig, get_worker_config
 
 log = logging.getLogger("tuneyard.worker")
@@ -93,8 +94,10 @@ class WorkerState:
         while not self._stop.is_set():
             try:
                 self.beat()
+                health.mark("worker", ok=True)
             except Exception as exc:  # the database may be down; try again next beat
                 log.warning("heartbeat failed: %s", exc.__class__.__name__)
+                health.mark("worker", ok=False, detail=f"heartbeat failed: {type(exc).__name__}")
             self._stop.wait(self.config.heartbeat_seconds)
 
     def stop_heartbeat(self) -> None:
