@@ -138,6 +138,16 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rotary(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate q and k, shaped (batch, heads, seq, head_dim), by per-position angles."""
+    """Rotate q and k, shaped (batch, heads, seq, head_dim), by per-position angles.
+
+    When cos/sin cover fewer dims than head_dim (partial rotary, e.g. Phi-3's
+    `partial_rotary_factor`), only the leading dims rotate; the rest pass through.
+    """
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    rotary = cos.shape[-1]
+    if rotary == q.shape[-1]:
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    q_rot, k_rot = q[..., :rotary], k[..., :rotary]
+    q_out = torch.cat([q_rot * cos + rotate_half(q_rot) * sin, q[..., rotary:]], dim=-1)
+    k_out = torch.cat([k_rot * cos + rotate_half(k_rot) * sin, k[..., rotary:]], dim=-1)
+    return q_out, k_out
