@@ -45,10 +45,11 @@ class TopKRouter(nn.Module):
 class GroupedExperts(nn.Module):
     """All routed experts' SwiGLU weights as three (num_experts, out, in) tensors."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, num_experts: int | None = None) -> None:
         super().__init__()
-        experts, hidden = config.num_experts, config.hidden_size
-        inter = config.moe_intermediate_size
+        # Families whose configs name the routed-expert count differently pass it.
+        experts = config.num_experts if num_experts is None else num_experts
+        hidden, inter = config.hidden_size, config.moe_intermediate_size
         self.num_experts = experts
         self.gate_proj = nn.Parameter(torch.empty(experts, inter, hidden))
         self.up_proj = nn.Parameter(torch.empty(experts, inter, hidden))

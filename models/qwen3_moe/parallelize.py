@@ -25,8 +25,9 @@ def grouped_experts(model: nn.Module) -> list[GroupedExperts]:
     return [m for m in unwrap_model(model).modules() if isinstance(m, GroupedExperts)]
 
 
-class Qwen3MoeParallelPlan(Qwen3ParallelPlan):
-    """Qwen3's FSDP units and TP plan; experts spread over the `ep` mesh."""
+class ExpertParallelMixin:
+    """Expert parallelism for any plan whose MoE blocks hold `GroupedExperts` (Qwen3-MoE,
+    DeepSeek-V3): mixed in before a `ParallelPlan`, whose refusal applies without experts."""
 
     def ep_unsupported_reason(self, model: nn.Module, ep_size: int) -> str | None:
         found = grouped_experts(model)
@@ -44,6 +45,10 @@ class Qwen3MoeParallelPlan(Qwen3ParallelPlan):
         if reason:
             raise ValueError(f"expert parallelism unavailable: {reason}")
         return [p for module in grouped_experts(model) for p in module.shard_experts(ep_mesh)]
+
+
+class Qwen3MoeParallelPlan(ExpertParallelMixin, Qwen3ParallelPlan):
+    """Qwen3's FSDP units and TP plan; experts spread over the `ep` mesh."""
 
 
 QWEN3_MOE_PLAN = Qwen3MoeParallelPlan()

@@ -35,6 +35,11 @@ class Qwen3MoeStateDictAdapter:
     supports_low_memory_dcp_load = False
 
     @staticmethod
+    def expert_count(config: Any) -> int:
+        """Routed experts per sparse layer (families whose config names it otherwise override)."""
+        return config.num_experts
+
+    @staticmethod
     def convert_single_tensor_to_hf(fqn: str, tensor: torch.Tensor) -> list[tuple[str, Any]]:
         """One native tensor -> its Hugging Face (key, tensor) pairs (views for experts)."""
         match = _NATIVE_KEY.match(fqn)
@@ -48,15 +53,15 @@ class Qwen3MoeStateDictAdapter:
         out: dict[str, torch.Tensor] = {}
         for fqn, tensor in state.items():
             match = _NATIVE_KEY.match(fqn)
-            if match and tensor.shape[0] != config.num_experts:
+            if match and tensor.shape[0] != cls.expert_count(config):
                 raise ExpertMappingError(
-                    f"{fqn} has {tensor.shape[0]} experts, config says {config.num_experts}"
+                    f"{fqn} has {tensor.shape[0]} experts, config says {cls.expert_count(config)}"
                 )
             out.update(cls.convert_single_tensor_to_hf(fqn, tensor))
         return out
 
-    @staticmethod
-    def from_hf(hf_state: dict[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
+    @classmethod
+    def from_hf(cls, hf_state: dict[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
         """Stack per-expert tensors in expert-index order; pass other keys through."""
         native: dict[str, torch.Tensor] = {}
         groups: dict[tuple[str, str], dict[int, torch.Tensor]] = {}
@@ -68,17 +73,17 @@ class Qwen3MoeStateDictAdapter:
             group = groups.setdefault((match["prefix"], match["proj"]), {})
             group[int(match["expert"])] = tensor
         for (prefix, proj), experts in groups.items():
-            expected = set(range(config.num_experts))
+            expected = set(range(cls.expert_count(config)))
             if set(experts) != expected:
                 raise ExpertMappingError(
                     f"{prefix}.*.{proj}: experts {sorted(experts)} do not match "
-                    f"0..{config.num_experts - 1} (missing {sorted(expected - set(experts))})"
+                    f"0..{len(expected) - 1} (missing {sorted(expected - set(experts))})"
                 )
             native[f"{prefix}.{proj}"] = torch.stack([experts[e] for e in range(len(experts))])
         return native
 
-    @staticmethod
-    def hf_targets(params: dict[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
+    @classmethod
+    def hf_targets(cls, params: dict[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
         """Checkpoint key -> destination view inside the native parameter (write-through)."""
         targets: dict[str, torch.Tensor] = {}
         for fqn, param in params.items():
@@ -86,7 +91,7 @@ class Qwen3MoeStateDictAdapter:
             if match is None:
                 targets[fqn] = param
                 continue
-            for e in range(config.num_experts):
+            for e in range(cls.expert_count(config)):
                 targets[f"{match['prefix']}.{e}.{match['proj']}.weight"] = param.data[e]
         return targets
 
