@@ -58,7 +58,13 @@ class SwiGLUMLP(nn.Module):
 
 
 class Attention(nn.Module):
-    """Grouped-query attention with RoPE; optional q/k/v bias and per-head q/k RMSNorm."""
+    """Grouped-query attention with RoPE; optional q/k/v bias and per-head q/k RMSNorm.
+
+    `context_parallel` (set by `models.common.context_parallel.enable_context_parallel`)
+    makes the layer attend over the whole sequence while holding only its rank's slice.
+    """
+
+    context_parallel: Any = None
 
     def __init__(self, config: Any, qk_norm: bool = False, qkv_bias: bool | None = None):
         super().__init__()
@@ -93,6 +99,14 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q.transpose(1, 2), k.transpose(1, 2), *position_embeddings)
+        dropout = self.dropout if self.training else 0.0
+        if self.context_parallel is not None:
+            if attention_mask is not None:
+                raise ValueError(
+                    "context parallel attention is causal only: no padding or packed masks"
+                )
+            out = self.context_parallel.attend(q, k, v, self.scaling, dropout)
+            return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
         groups = q.shape[1] // k.shape[1]
         if groups > 1 and attention_mask is not None:  # masked GQA kernels fall back to math
             k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
@@ -102,7 +116,7 @@ class Attention(nn.Module):
             v,
             attn_mask=attention_mask,
             is_causal=attention_mask is None,
-            dropout_p=self.dropout if self.training else 0.0,
+            dropout_p=dropout,
             scale=self.scaling,
             enable_gqa=groups > 1 and attention_mask is None,
         )
