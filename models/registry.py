@@ -86,6 +86,18 @@ for _entry in (
               config_model_types=("qwen3_moe",),
               parallel_plan="models.qwen3_moe.parallelize:QWEN3_MOE_PLAN",
               state_dict_adapter="models.qwen3_moe.state_dict_adapter:Qwen3MoeStateDictAdapter"),
+    ArchEntry("Gemma2ForCausalLM", "models.gemma2.model", "Gemma2ForCausalLM", _DENSE_TP,
+              TieSupport.TIED_ONLY, "gemma2",
+              notes="soft-capped attention runs eager (SDPA otherwise); bidirectional "
+                    "attention loads with the HF class",
+              config_model_types=("gemma2",),
+              parallel_plan="models.gemma2.parallelize:GEMMA2_PLAN"),
+    ArchEntry("Gemma3ForCausalLM", "models.gemma3.model", "Gemma3ForCausalLM", _DENSE_TP,
+              TieSupport.TIED_ONLY, "gemma3",
+              notes="text only (Gemma3ForConditionalGeneration loads with the HF class); "
+                    "attn_logit_softcapping and bidirectional attention load with the HF class",
+              config_model_types=("gemma3_text",),
+              parallel_plan="models.gemma3.parallelize:GEMMA3_PLAN"),
 ):  # fmt: skip
     register(_entry)
 

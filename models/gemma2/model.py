@@ -1,0 +1,161 @@
+"""Native `Gemma2ForCausalLM`: sandwich-norm GeGLU blocks, local/global attention, soft-caps.
+
+`layer_types` alternates "sliding_attention" (a `sliding_window`-token window) and
+"full_attention" layers; attention scores and the final logits are tanh soft-capped when
+`attn_logit_softcapping` / `final_logit_softcapping` are set (capped attention runs the
+eager path, see `layers.py`). One RoPE serves every layer. `GemmaBackbone` is shared with
+Gemma 3, which only changes its RoPE (one per layer type) and adds q/k norms. Parameter
+names equal the Hugging Face checkpoint's, so no state-dict adapter. Every released Gemma 2
+checkpoint ties lm_head to the embeddings: the class is TIED_ONLY. No parameter needs fp32
+storage: the norms compute in fp32 from their stored dtype, as transformers does.
+Bidirectional attention (embedding variants) is not native and loads with Hugging Face.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from models.common.causal_lm import NativeCausalLM, causal_lm_loss
+from models.common.layers import build_attention_mask
+from models.common.rope import RotaryEmbedding, rope_unsupported_reason
+from models.common.tie import reject_unsupported_tie_word_embeddings
+from models.gemma2.layers import (
+    GEMMA_ACTIVATIONS,
+    GemmaDecoderLayer,
+    GemmaRMSNorm,
+    ScaledEmbedding,
+)
+from models.registry import ModelCapabilities, TieSupport
+
+LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+class GemmaBackbone(nn.Module):
+    """Scaled embeddings, sandwich-norm layers and the final norm (the `model.` part)."""
+
+    qk_norm = False
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.embed_tokens = ScaledEmbedding(
+            config.vocab_size, config.hidden_size, config.pad_token_id
+        )
+        self.layers = nn.ModuleList(
+            GemmaDecoderLayer(config, i, qk_norm=self.qk_norm)
+            for i in range(config.num_hidden_layers)
+        )
+        self.norm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = self.build_rotary(config)
+
+    def build_rotary(self, config: Any) -> nn.Module:
+        """One RoPE for all layers (Gemma 3 builds one per layer type)."""
+        return RotaryEmbedding(config)
+
+    def position_embeddings(
+        self, hidden: torch.Tensor, position_ids: torch.Tensor
+    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """(cos, sin) per layer type."""
+        cos_sin = self.rotary_emb(hidden, position_ids)
+        return dict.fromkeys(LAYER_TYPES, cos_sin)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("give exactly one of input_ids or inputs_embeds")
+        hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        batch, seq = hidden.shape[:2]
+        masks = {  # one mask per distinct window (None: full causal)
+            window: build_attention_mask(
+                attention_mask, position_ids, batch, seq, hidden.device, sliding_window=window
+            )
+            for window in {layer.sliding_window for layer in self.layers}
+        }
+        if position_ids is None:
+            position_ids = torch.arange(seq, device=hidden.device).unsqueeze(0).expand(batch, -1)
+        rope = self.position_embeddings(hidden, position_ids)
+        for layer in self.layers:
+            hidden = layer(
+                hidden,
+                position_embeddings=rope[layer.layer_type],
+                attention_mask=masks[layer.sliding_window],
+            )
+        return self.norm(hidden)
+
+
+class Gemma2ForCausalLM(NativeCausalLM):
+    architecture = "Gemma2ForCausalLM"
+    tie_word_embeddings_support = TieSupport.TIED_ONLY
+    capabilities = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
+    _keep_in_fp32_modules_strict: list[str] = []
+    backbone_class: type[GemmaBackbone] = GemmaBackbone
+
+    def __init__(self, config: Any) -> None:
+        reject_unsupported_tie_word_embeddings(type(self), config)
+        super().__init__(config, self.backbone_class(config))
+
+    @classmethod
+    def unsupported_reason(cls, config: Any) -> str | None:
+        """Why the config cannot run natively: unknown layer types, activations, RoPE."""
+        layer_types = list(getattr(config, "layer_types", None) or [])
+        if len(layer_types) != config.num_hidden_layers or set(layer_types) - set(LAYER_TYPES):
+            return f"layer_types {layer_types} (native runs {', '.join(LAYER_TYPES)})"
+        if "sliding_attention" in layer_types and not getattr(config, "sliding_window", None):
+            return "sliding_attention layers without a sliding_window"
+        if getattr(config, "use_bidirectional_attention", False):
+            return "bidirectional attention (use_bidirectional_attention)"
+        activation = getattr(config, "hidden_activation", None) or "gelu_pytorch_tanh"
+        if activation not in GEMMA_ACTIVATIONS:
+            return f"hidden_activation {activation!r}"
+        if config.num_attention_heads % (config.num_key_value_heads or 1):
+            return "num_attention_heads is not a multiple of num_key_value_heads"
+        return cls.rope_unsupported_reason(config)
+
+    @classmethod
+    def rope_unsupported_reason(cls, config: Any) -> str | None:
+        return rope_unsupported_reason(config)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        shift_labels: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> CausalLMOutputWithPast:
+        """The base forward (no labels) with the logits soft-capped before the loss."""
+        logits = (
+            super()
+            .forward(
+                input_ids,
+                attention_mask,
+                position_ids,
+                None,
+                inputs_embeds,
+                logits_to_keep,
+                **kwargs,
+            )
+            .logits
+        )
+        cap = getattr(self.config, "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        loss = None
+        if labels is not None or shift_labels is not None:
+            loss = causal_lm_loss(logits, labels, num_items_in_batch, shift_labels)
+        return CausalLMOutputWithPast(loss=loss, logits=logits)
+
+
+ModelClass = Gemma2ForCausalLM
