@@ -10,7 +10,9 @@ contributions are summed over the mesh; a rank keeps the rows of its own tokens.
 backward pass returns every token's gradient to its rank and
 gives each local expert the gradient of the SUM of all ranks' losses. The gathers and
 the sum are zero-padded sum all-reduces (`_AllReduceSum`, whose backward is the same
-all-reduce of the gradients; gloo has it).
+all-reduce of the gradients; gloo has it). An experts module names its `[E, ...]` tensors
+in `expert_tensor_names` and runs one expert with `expert_forward(chunk, *its slices)`
+(Qwen3-MoE's SwiGLU by default; gpt-oss adds biases and its clamped activation).
 """
 
 from __future__ import annotations
@@ -25,6 +27,17 @@ from torch.distributed.tensor import DTensor, Shard
 _EXPERT_TENSORS = ("gate_proj", "up_proj", "down_proj")
 
 
+def expert_tensor_names(experts: nn.Module) -> tuple[str, ...]:
+    """The module's `[num_experts, ...]` parameters, in `expert_forward` argument order."""
+    return tuple(getattr(experts, "expert_tensor_names", _EXPERT_TENSORS))
+
+
+def swiglu_expert(experts: nn.Module, chunk: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
+    """One expert's SwiGLU on its tokens: down(act(gate(x)) * up(x)), no biases."""
+    gate, up, down = tensors
+    return (experts.act_fn(chunk @ gate.T) * (chunk @ up.T)) @ down.T
+
+
 def shard_experts(experts: nn.Module, mesh: Any) -> list[nn.Parameter]:
     """Keep this rank's contiguous slice of experts as `Shard(0)` DTensors; returns them."""
     ep, rank = mesh.size(), mesh.get_local_rank()
@@ -33,7 +46,7 @@ def shard_experts(experts: nn.Module, mesh: Any) -> list[nn.Parameter]:
     per_rank = experts.num_experts // ep
     start = rank * per_rank
     params = []
-    for name in _EXPERT_TENSORS:
+    for name in expert_tensor_names(experts):
         full = getattr(experts, name)
         local = full.detach()[start : start + per_rank].clone()
         sharded = DTensor.from_local(local, mesh, [Shard(0)], run_check=False)
@@ -87,7 +100,10 @@ def local_expert_output(
 ) -> torch.Tensor:
     """The weighted output of this rank's experts for every token (zero rows elsewhere)."""
     start, stop = experts.local_experts
-    gate, up, down = (_local(getattr(experts, n)) for n in _EXPERT_TENSORS)
+    tensors = [_local(getattr(experts, n)) for n in expert_tensor_names(experts)]
+    run_expert = getattr(experts, "expert_forward", None) or (
+        lambda chunk, *ts: swiglu_expert(experts, chunk, *ts)
+    )
     slot_token, slot_k = ((ids >= start) & (ids < stop)).nonzero(as_tuple=True)
     local_ids = ids[slot_token, slot_k] - start
     order = local_ids.argsort(stable=True)
@@ -96,8 +112,7 @@ def local_expert_output(
     counts = torch.bincount(local_ids, minlength=stop - start).tolist()
     outputs = []
     for expert, chunk in enumerate(flat[token_of].split(counts)):
-        hidden = experts.act_fn(chunk @ gate[expert].T) * (chunk @ up[expert].T)
-        outputs.append(hidden @ down[expert].T)
+        outputs.append(run_expert(chunk, *(t[expert] for t in tensors)))
     routed = torch.cat(outputs) * slot_weight[:, None]
     return torch.zeros_like(flat).index_add(0, token_of, routed.to(flat.dtype))
 
