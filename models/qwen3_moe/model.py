@@ -4,8 +4,8 @@ Layer i is sparse when it is not in `mlp_only_layers` and (i + 1) % `decoder_spa
 == 0; other layers use the dense SwiGLU MLP. The router stays fp32
 (`_keep_in_fp32_modules_strict`). Weights convert through `Qwen3MoeStateDictAdapter`.
 With `output_router_logits: true` the loss adds `router_aux_loss_coef` x the Switch
-load-balancing loss, as transformers does. Sliding-window layers are not native (Hugging
-Face is used). Every released Qwen3-MoE checkpoint is untied,
+load-balancing loss, as transformers does. `use_sliding_window` windows every layer, as
+transformers does. Every released Qwen3-MoE checkpoint is untied,
 so the class is UNTIED_ONLY.
 """
 
@@ -38,7 +38,29 @@ def moe_mlp(config: Any, layer_idx: int) -> nn.Module:
     return SparseMoeBlock(config) if is_sparse_layer(config, layer_idx) else dense_mlp(config, 0)
 
 
-class Qwen3MoeForCausalLM(NativeCausalLM):
+class RouterAuxLossMixin:
+    """Adds the Switch load-balancing loss (x `router_aux_loss_coef`) to the forward's output
+    when `config.output_router_logits`, from the router logits every MoE block recorded
+    (`router_logits`, cleared here). Mixed in before `NativeCausalLM` by MoE families."""
+
+    def _output(
+        self, loss: torch.Tensor | None, logits: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> MoeCausalLMOutputWithPast:
+        blocks = [m for m in self.modules() if hasattr(m, "record_router_logits")]
+        recorded = [b.router_logits for b in blocks if b.router_logits is not None]
+        for block in blocks:
+            block.router_logits = None
+        aux = None
+        if self.config.output_router_logits and recorded:
+            aux = load_balancing_loss(
+                recorded, self.config.num_experts, self.config.num_experts_per_tok, attention_mask
+            )
+            if loss is not None:
+                loss = loss + self.config.router_aux_loss_coef * aux
+        return MoeCausalLMOutputWithPast(loss=loss, aux_loss=aux, logits=logits)
+
+
+class Qwen3MoeForCausalLM(RouterAuxLossMixin, NativeCausalLM):
     architecture = "Qwen3MoeForCausalLM"
     tie_word_embeddings_support = TieSupport.UNTIED_ONLY
     _tied_weights_keys: dict[str, str] = {}
@@ -58,23 +80,6 @@ class Qwen3MoeForCausalLM(NativeCausalLM):
         return ModelCapabilities(
             supports_tp=dense, supports_sequence_parallel=dense, supports_ep=not dense
         )
-
-    def _output(
-        self, loss: torch.Tensor | None, logits: torch.Tensor, attention_mask: torch.Tensor | None
-    ) -> MoeCausalLMOutputWithPast:
-        """Adds the load-balancing loss (x router_aux_loss_coef) when output_router_logits."""
-        blocks = [m for m in self.modules() if isinstance(m, SparseMoeBlock)]
-        recorded = [b.router_logits for b in blocks if b.router_logits is not None]
-        for block in blocks:
-            block.router_logits = None
-        aux = None
-        if self.config.output_router_logits and recorded:
-            aux = load_balancing_loss(
-                recorded, self.config.num_experts, self.config.num_experts_per_tok, attention_mask
-            )
-            if loss is not None:
-                loss = loss + self.config.router_aux_loss_coef * aux
-        return MoeCausalLMOutputWithPast(loss=loss, aux_loss=aux, logits=logits)
 
 
 ModelClass = Qwen3MoeForCausalLM
