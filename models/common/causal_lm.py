@@ -277,6 +277,11 @@ class NativeCausalLM(nn.Module):
         config.architectures = [self.architecture]
         config.dtype = self.model.embed_tokens.weight.dtype
         config.save_pretrained(directory)
+        self.save_weights(directory, max_shard_size)
+
+    def save_weights(self, directory: Path, max_shard_size: int) -> None:
+        """The safetensors files of `save_pretrained` (a family whose Hugging Face tensors
+        are built from several native ones overrides this to build them one at a time)."""
         save_safetensors(directory, self.hf_state_items(), max_shard_bytes=max_shard_size)
 
 
