@@ -73,10 +73,10 @@ for _entry in (
     ArchEntry("LlamaForCausalLM", "models.llama.model", "LlamaForCausalLM", _DENSE_TP,
               TieSupport.BOTH, "llama", config_model_types=("llama",)),
     ArchEntry("Qwen2ForCausalLM", "models.qwen2.model", "Qwen2ForCausalLM", _DENSE_TP,
-              TieSupport.BOTH, "qwen2", notes="sliding-window configs load with the HF class",
+              TieSupport.BOTH, "qwen2", notes="use_sliding_window layers run natively",
               config_model_types=("qwen2",)),
     ArchEntry("Qwen3ForCausalLM", "models.qwen3.model", "Qwen3ForCausalLM", _DENSE_TP,
-              TieSupport.BOTH, "qwen3", notes="sliding-window configs load with the HF class",
+              TieSupport.BOTH, "qwen3", notes="use_sliding_window layers run natively",
               config_model_types=("qwen3",),
               parallel_plan="models.qwen3.parallelize:QWEN3_PLAN"),
     ArchEntry("Qwen3MoeForCausalLM", "models.qwen3_moe.model", "Qwen3MoeForCausalLM",
@@ -98,6 +98,9 @@ for _entry in (
                     "attn_logit_softcapping and bidirectional attention load with the HF class",
               config_model_types=("gemma3_text",),
               parallel_plan="models.gemma3.parallelize:GEMMA3_PLAN"),
+    ArchEntry("MistralForCausalLM", "models.mistral.model", "MistralForCausalLM", _DENSE_TP,
+              TieSupport.BOTH, "mistral", notes="sliding_window runs natively (masked SDPA)",
+              config_model_types=("mistral",)),
 ):  # fmt: skip
     register(_entry)
 

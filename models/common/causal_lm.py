@@ -59,10 +59,6 @@ class NativeCausalLM(nn.Module):
             return reason
         if getattr(config, "hidden_act", "silu") not in _ACTIVATIONS:
             return f"hidden_act {config.hidden_act!r}"
-        if getattr(config, "use_sliding_window", False) and "sliding_attention" in (
-            getattr(config, "layer_types", None) or []
-        ):
-            return "sliding-window attention layers"
         if config.num_attention_heads % (config.num_key_value_heads or 1):
             return "num_attention_heads is not a multiple of num_key_value_heads"
         return None

@@ -2,7 +2,7 @@
 
 Qwen2 configs carry no `attention_bias` field: the q/k/v bias is part of the architecture,
 so the attention is built with `qkv_bias=True`. Sliding-window layers
-(`use_sliding_window`) are not implemented natively; such configs load with Hugging Face.
+(`use_sliding_window`: layers from `max_window_layers` on) run natively with masked SDPA.
 Tied embeddings: both (Qwen2 0.5B/1.5B are tied, larger ones untied).
 """
 

@@ -1,7 +1,7 @@
 """Native `Qwen3ForCausalLM`: the Llama stack with per-head RMSNorm on q and k before RoPE.
 
-`head_dim` is explicit in Qwen3 configs (128, not hidden/heads). Sliding-window layers are
-not implemented natively; such configs load with Hugging Face. Tied embeddings: both
+`head_dim` is explicit in Qwen3 configs (128, not hidden/heads). Sliding-window layers
+(`use_sliding_window`) run natively with masked SDPA. Tied embeddings: both
 (Qwen3 0.6B-4B are tied, 8B and up untied).
 """
 
