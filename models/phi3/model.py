@@ -1,0 +1,79 @@
+"""Native `Phi3ForCausalLM`: the shared decoder stack with Phi-3's rotary and fused weights.
+
+The math is Llama's (grouped-query attention without biases, SwiGLU, RMSNorm) with Phi-3's
+rotary (`models.phi3.rope`: partial rotary, LongRoPE short/long factors) and the common
+sliding-window mask when `sliding_window` is set (every layer windowed, as transformers
+does). Hugging Face checkpoints fuse q/k/v and gate/up; native keeps them separate (so the
+common dense tensor-parallel plan applies) and `Phi3StateDictAdapter` splits them on load
+and fuses them on save, reading and writing one tensor at a time. Residual dropout
+(`resid_pdrop`) is not implemented natively: configs that set it load with the Hugging Face
+class (every released checkpoint has 0.0; `embd_pdrop` is unused by transformers too).
+Nothing is fp32-sensitive (no router, sink or per-head scale). Tied embeddings: both
+(Phi-3-mini/medium untied, Phi-4-mini tied).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from models.common.causal_lm import NativeCausalLM
+from models.common.layers import _ACTIVATIONS, DecoderModel
+from models.common.safetensors_io import SafetensorsReader
+from models.common.safetensors_io.shards import plan_shards, shard_file_names, write_index
+from models.common.safetensors_io.writer import write_file
+from models.common.tie import reject_unsupported_tie_word_embeddings
+from models.phi3.rope import Phi3RotaryEmbedding, phi3_rope_unsupported_reason
+from models.phi3.state_dict_adapter import Phi3StateDictAdapter
+from models.registry import ModelCapabilities, TieSupport
+
+
+class Phi3ForCausalLM(NativeCausalLM):
+    architecture = "Phi3ForCausalLM"
+    tie_word_embeddings_support = TieSupport.BOTH
+    capabilities = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
+    state_dict_adapter = Phi3StateDictAdapter
+
+    def __init__(self, config: Any) -> None:
+        reject_unsupported_tie_word_embeddings(type(self), config)
+        backbone = DecoderModel(config)
+        backbone.rotary_emb = Phi3RotaryEmbedding(config)
+        super().__init__(config, backbone)
+
+    @classmethod
+    def unsupported_reason(cls, config: Any) -> str | None:
+        """Why this class cannot run the config natively (None when it can)."""
+        reason = phi3_rope_unsupported_reason(config)
+        if reason:
+            return reason
+        if float(getattr(config, "resid_pdrop", 0.0) or 0.0):
+            return f"resid_pdrop {config.resid_pdrop} (native Phi-3 has no residual dropout)"
+        if getattr(config, "hidden_act", "silu") not in _ACTIVATIONS:
+            return f"hidden_act {config.hidden_act!r}"
+        if config.num_attention_heads % (config.num_key_value_heads or 1):
+            return "num_attention_heads is not a multiple of num_key_value_heads"
+        return None
+
+    def load_hf_weights(self, directory: Path) -> None:
+        """Read every tensor, and each fused tensor's row ranges, straight into parameters."""
+        params = dict(self.named_parameters())
+        adapter = self.state_dict_adapter
+        with SafetensorsReader(directory) as reader:
+            expected = dict.fromkeys(adapter.hf_names(params))
+            self.check_checkpoint_keys(expected, set(reader.specs), directory)
+            reader.read_many(adapter.read_plan(params, self.config, reader.specs))
+        self.tie_weights()
+
+    def save_weights(self, directory: Path, max_shard_size: int) -> None:
+        """Safetensors shards whose fused tensors are built one at a time as written."""
+        params = dict(self.named_parameters())
+        shards = plan_shards(
+            self.state_dict_adapter.hf_entries(params, self.config), max_shard_size
+        )
+        items = self.state_dict_adapter.iter_hf(params, self.config)
+        for name, shard in zip(shard_file_names(len(shards)), shards, strict=True):
+            write_file(directory / name, shard, (next(items) for _ in shard))
+        write_index(directory, shards)
+
+
+ModelClass = Phi3ForCausalLM

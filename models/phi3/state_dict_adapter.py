@@ -1,0 +1,193 @@
+"""Phi-3 state-dict adapter: Hugging Face fused projections <-> native separate ones.
+
+Hugging Face Phi-3 checkpoints hold `self_attn.qkv_proj.weight` (q, k and v rows stacked,
+in that order) and `mlp.gate_up_proj.weight` (gate rows, then up rows); native keeps
+`q_proj`/`k_proj`/`v_proj` and `gate_proj`/`up_proj`, so the common dense tensor-parallel
+plan shards them. Every other key has the same name and layout on both sides. Splitting is
+along rows only (no transpose, no dtype change) and each fused tensor's shape is checked
+against the config first, so a mismatched checkpoint raises instead of being reshaped.
+
+Loading reads each part's row range of the fused tensor straight into its parameter
+(`read_plan`: the rows of a row-major tensor are one contiguous byte range, so nothing is
+staged). Saving builds each fused tensor only when it is written (`iter_hf`), so at most
+one exists at a time. The shard-only load cannot split one checkpoint tensor over three
+sharded parameters, so `supports_low_memory_dcp_load` is False (the full load is used).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+from models.common.rope import head_dim_of
+from models.common.safetensors_io import CheckpointError, TensorEntry, TensorSpec
+
+_HF_KEY = re.compile(r"^(?P<prefix>.*\.)(?P<fused>self_attn\.qkv_proj|mlp\.gate_up_proj)\.weight$")
+_NATIVE_KEY = re.compile(
+    r"^(?P<prefix>.*\.)(?P<block>self_attn|mlp)\.(?P<part>q_proj|k_proj|v_proj|gate_proj|up_proj)"
+    r"\.weight$"
+)
+_PARTS = {"self_attn.qkv_proj": ("q_proj", "k_proj", "v_proj"), "mlp.gate_up_proj": ("gate_proj", "up_proj")}  # fmt: skip
+_FUSED_OF = {part: fused for fused, parts in _PARTS.items() for part in parts}
+
+
+class FusedMappingError(KeyError):
+    """A state dict whose fused projections do not map one-to-one onto the native ones."""
+
+
+def part_rows(config: Any) -> dict[str, dict[str, int]]:
+    """Fused name -> {part: rows}, in the order the parts are stacked."""
+    dim = head_dim_of(config)
+    kv = config.num_key_value_heads * dim
+    inter = config.intermediate_size
+    return {
+        "self_attn.qkv_proj": {"q_proj": config.num_attention_heads * dim, "k_proj": kv, "v_proj": kv},
+        "mlp.gate_up_proj": {"gate_proj": inter, "up_proj": inter},
+    }  # fmt: skip
+
+
+def _check_fused_shape(key: str, fused: str, shape: tuple[int, ...], config: Any) -> None:
+    rows = sum(part_rows(config)[fused].values())
+    expected = (rows, config.hidden_size)
+    if tuple(shape) != expected:
+        raise CheckpointError(
+            f"{key}: fused shape {tuple(shape)} != {expected} expected from the config "
+            f"({' + '.join(f'{p} {r}' for p, r in part_rows(config)[fused].items())} rows); "
+            "the checkpoint was saved with a different config"
+        )
+
+
+def _native_groups(state: Mapping[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    """HF fused key -> {part: native tensor} for every split projection in `state`."""
+    groups: dict[str, dict[str, torch.Tensor]] = {}
+    for fqn, tensor in state.items():
+        match = _NATIVE_KEY.match(fqn)
+        if match:
+            fused = _FUSED_OF[match["part"]]
+            groups.setdefault(f"{match['prefix']}{fused}.weight", {})[match["part"]] = tensor
+    return groups
+
+
+class Phi3StateDictAdapter:
+    """Stateless conversions; the config fixes how many rows each part has."""
+
+    supports_low_memory_dcp_load = False
+
+    @staticmethod
+    def from_hf(hf_state: Mapping[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
+        """Split fused tensors into row views (no copies); pass other keys through."""
+        native: dict[str, torch.Tensor] = {}
+        for key, tensor in hf_state.items():
+            match = _HF_KEY.match(key)
+            if match is None:
+                native[key] = tensor
+                continue
+            _check_fused_shape(key, match["fused"], tuple(tensor.shape), config)
+            rows = part_rows(config)[match["fused"]]
+            block = match["fused"].split(".")[0]
+            for part, piece in zip(rows, tensor.split(list(rows.values())), strict=True):
+                native[f"{match['prefix']}{block}.{part}.weight"] = piece
+        return native
+
+    @classmethod
+    def to_hf(cls, state: Mapping[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
+        """Fuse split projections (one new tensor each); pass other keys through."""
+        return dict(cls.iter_hf(state, config))
+
+    @classmethod
+    def iter_hf(
+        cls, state: Mapping[str, torch.Tensor], config: Any
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """(HF key, tensor) in native order; each fused tensor is built only when reached."""
+        groups = _native_groups(state)
+        for name in cls.hf_names(state):
+            if name in groups:
+                yield name, cls.fuse(name, groups[name], config)
+            else:
+                yield name, state[name]
+
+    @staticmethod
+    def hf_names(state: Mapping[str, Any]) -> list[str]:
+        """The HF keys `state` converts to, each once, at its first part's position."""
+        names: dict[str, None] = {}
+        for fqn in state:
+            match = _NATIVE_KEY.match(fqn)
+            fused = _FUSED_OF[match["part"]] if match else None
+            names[f"{match['prefix']}{fused}.weight" if match else fqn] = None
+        return list(names)
+
+    @staticmethod
+    def fuse(key: str, parts: Mapping[str, torch.Tensor], config: Any) -> torch.Tensor:
+        """One fused tensor from all of its parts, each checked against the config."""
+        fused = _HF_KEY.match(key)["fused"]
+        rows = part_rows(config)[fused]
+        if set(parts) != set(rows):
+            raise FusedMappingError(
+                f"{key}: needs parts {sorted(rows)}, got {sorted(parts)} "
+                f"(missing {sorted(set(rows) - set(parts))})"
+            )
+        for part, count in rows.items():
+            if tuple(parts[part].shape) != (count, config.hidden_size):
+                raise FusedMappingError(
+                    f"{key}: {part} has shape {tuple(parts[part].shape)}, "
+                    f"config says {(count, config.hidden_size)}"
+                )
+        return torch.cat([parts[part] for part in rows])
+
+    @classmethod
+    def hf_entries(cls, state: Mapping[str, torch.Tensor], config: Any) -> list[TensorEntry]:
+        """The HF tensors' names, dtypes and shapes, without building any of them."""
+        meta = {
+            k: torch.empty(tuple(v.shape), dtype=v.dtype, device="meta") for k, v in state.items()
+        }
+        return [TensorEntry.of(name, tensor) for name, tensor in cls.iter_hf(meta, config)]
+
+    @classmethod
+    def read_plan(
+        cls,
+        params: Mapping[str, torch.Tensor],
+        config: Any,
+        specs: dict[str, TensorSpec],
+    ) -> list[tuple[str, torch.Tensor]]:
+        """(spec name, destination parameter) pairs that fill every parameter from `specs`.
+
+        A fused tensor's parts become sub-specs of its row ranges, added to `specs` under
+        "KEY[start:end]", so the reader writes their bytes straight into each parameter.
+        """
+        plan: list[tuple[str, torch.Tensor]] = []
+        groups = _native_groups(params)
+        for name in cls.hf_names(params):
+            if name not in groups:
+                plan.append((name, params[name]))
+                continue
+            fused = _HF_KEY.match(name)["fused"]
+            spec = specs[name]
+            _check_fused_shape(name, fused, spec.shape, config)
+            row_bytes = spec.shape[1] * spec.dtype.itemsize
+            start = 0
+            for part, rows in part_rows(config)[fused].items():
+                sub = dataclasses.replace(
+                    spec,
+                    name=f"{name}[{start}:{start + rows}]",
+                    shape=(rows, spec.shape[1]),
+                    start=spec.start + start * row_bytes,
+                    end=spec.start + (start + rows) * row_bytes,
+                )
+                specs[sub.name] = sub
+                plan.append((sub.name, groups[name][part]))
+                start += rows
+        return plan
+
+    @classmethod
+    def convert_single_tensor_to_hf(cls, fqn: str, tensor: torch.Tensor) -> list[tuple[str, Any]]:
+        """Unfused tensors keep their name; a split part has no HF tensor of its own."""
+        if _NATIVE_KEY.match(fqn):
+            raise FusedMappingError(
+                f"{fqn} is one part of a fused Hugging Face tensor; convert its whole group "
+                "with to_hf (or iter_hf)"
+            )
+        return [(fqn, tensor)]
