@@ -11,7 +11,7 @@ gets Qwen3's plan); there is no tensor-parallel plan for the experts.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import nn
 
@@ -20,17 +20,20 @@ from models.qwen3.parallelize import Qwen3ParallelPlan
 from models.qwen3_moe.layers import GroupedExperts
 
 
-def grouped_experts(model: nn.Module) -> list[GroupedExperts]:
-    """Every grouped-experts module of the (unwrapped) model, in module order."""
-    return [m for m in unwrap_model(model).modules() if isinstance(m, GroupedExperts)]
+def grouped_experts(model: nn.Module, kind: type[nn.Module] = GroupedExperts) -> list[nn.Module]:
+    """Every grouped-experts module (of class `kind`) of the unwrapped model, in module order."""
+    return [m for m in unwrap_model(model).modules() if isinstance(m, kind)]
 
 
 class ExpertParallelMixin:
     """Expert parallelism for any plan whose MoE blocks hold `GroupedExperts` (Qwen3-MoE,
-    DeepSeek-V3): mixed in before a `ParallelPlan`, whose refusal applies without experts."""
+    DeepSeek-V3; gpt-oss sets `experts_class` to its own): mixed in before a `ParallelPlan`,
+    whose refusal applies without experts."""
+
+    experts_class: ClassVar[type[nn.Module]] = GroupedExperts
 
     def ep_unsupported_reason(self, model: nn.Module, ep_size: int) -> str | None:
-        found = grouped_experts(model)
+        found = grouped_experts(model, self.experts_class)
         if not found:
             return super().ep_unsupported_reason(model, ep_size)
         counts = sorted({int(m.num_experts) for m in found})
@@ -44,7 +47,8 @@ class ExpertParallelMixin:
         reason = self.ep_unsupported_reason(model, ep_mesh.size())
         if reason:
             raise ValueError(f"expert parallelism unavailable: {reason}")
-        return [p for module in grouped_experts(model) for p in module.shard_experts(ep_mesh)]
+        found = grouped_experts(model, self.experts_class)
+        return [p for module in found for p in module.shard_experts(ep_mesh)]
 
 
 class Qwen3MoeParallelPlan(ExpertParallelMixin, Qwen3ParallelPlan):
