@@ -86,6 +86,12 @@ for _entry in (
               config_model_types=("qwen3_moe",),
               parallel_plan="models.qwen3_moe.parallelize:QWEN3_MOE_PLAN",
               state_dict_adapter="models.qwen3_moe.state_dict_adapter:Qwen3MoeStateDictAdapter"),
+    ArchEntry("Phi3ForCausalLM", "models.phi3.model", "Phi3ForCausalLM", _DENSE_TP,
+              TieSupport.BOTH, "phi3",
+              notes="fused qkv/gate_up split on load and fused on save; partial rotary and "
+                    "longrope native; configs with resid_pdrop > 0 load with the HF class",
+              config_model_types=("phi3",),
+              state_dict_adapter="models.phi3.state_dict_adapter:Phi3StateDictAdapter"),
     ArchEntry("Gemma2ForCausalLM", "models.gemma2.model", "Gemma2ForCausalLM", _DENSE_TP,
               TieSupport.TIED_ONLY, "gemma2",
               notes="soft-capped attention runs eager (SDPA otherwise); bidirectional "
