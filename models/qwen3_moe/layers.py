@@ -23,10 +23,13 @@ from models.qwen3_moe.expert_parallel import expert_parallel_forward, shard_expe
 class TopKRouter(nn.Module):
     """Softmax over experts in fp32, keep the top k, optionally renormalise them to sum 1."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, norm_topk_prob: bool | None = None) -> None:
         super().__init__()
         self.top_k = config.num_experts_per_tok
-        self.norm_topk_prob = bool(config.norm_topk_prob)
+        # Families that always renormalise (Mixtral) pass it; Qwen3-MoE reads its config.
+        self.norm_topk_prob = bool(
+            config.norm_topk_prob if norm_topk_prob is None else norm_topk_prob
+        )
         self.weight = nn.Parameter(torch.zeros(config.num_experts, config.hidden_size))
 
     def init_weights(self, std: float) -> None:
@@ -45,11 +48,14 @@ class TopKRouter(nn.Module):
 class GroupedExperts(nn.Module):
     """All routed experts' SwiGLU weights as three (num_experts, out, in) tensors."""
 
-    def __init__(self, config: Any, num_experts: int | None = None) -> None:
+    def __init__(
+        self, config: Any, num_experts: int | None = None, intermediate_size: int | None = None
+    ) -> None:
         super().__init__()
-        # Families whose configs name the routed-expert count differently pass it.
+        # Families whose configs name the expert count or width differently pass them.
         experts = config.num_experts if num_experts is None else num_experts
-        hidden, inter = config.hidden_size, config.moe_intermediate_size
+        hidden = config.hidden_size
+        inter = config.moe_intermediate_size if intermediate_size is None else intermediate_size
         self.num_experts = experts
         self.gate_proj = nn.Parameter(torch.empty(experts, inter, hidden))
         self.up_proj = nn.Parameter(torch.empty(experts, inter, hidden))
@@ -98,10 +104,13 @@ class SparseMoeBlock(nn.Module):
     `router_logits` for the load-balancing loss (read and cleared by the model).
     """
 
-    def __init__(self, config: Any) -> None:
+    def __init__(
+        self, config: Any, gate: nn.Module | None = None, experts: nn.Module | None = None
+    ) -> None:
         super().__init__()
-        self.gate = TopKRouter(config)
-        self.experts = GroupedExperts(config)
+        # Other families pass their own router / experts built from their config fields.
+        self.gate = TopKRouter(config) if gate is None else gate
+        self.experts = GroupedExperts(config) if experts is None else experts
         self.record_router_logits = bool(getattr(config, "output_router_logits", False))
         self.router_logits: torch.Tensor | None = None
 
