@@ -46,6 +46,37 @@ class InvalidRequest(Exception):
         super().__init__("; ".join(str(e) for e in errors))
 
 
+def _error_doc(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+
+
+# The error shapes as OpenAPI schemas (kept here beside the code that writes them).
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["error"], "additionalProperties": False,
+    "properties": {"error": {
+        "type": "object", "required": ["code", "message"], "additionalProperties": True,
+        "properties": {"code": {"type": "string"}, "message": {"type": "string"},
+                       "current_status": {"type": "string"}, "job_id": {"type": "string"}},
+    }},
+}  # fmt: skip
+FIELD_ERRORS_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["errors"], "additionalProperties": False,
+    "properties": {"errors": {"type": "array", "items": {
+        "type": "object", "required": ["loc", "msg"],
+        "properties": {"loc": {"type": "string"}, "msg": {"type": "string"},
+                       "fix": {"type": "string"}},
+    }}},
+}  # fmt: skip
+# Answers any operation can give, documented once for all of them.
+COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: _error_doc("The request could not be read (malformed JSON, nesting too deep)."),
+    413: _error_doc("The body is larger than TUNEYARD_MAX_BODY_BYTES."),
+    422: {"description": "Field errors: loc, msg, fix.",
+          "content": {"application/json": {"schema": FIELD_ERRORS_SCHEMA}}},
+    500: _error_doc("A server fault; the server log has it under the answer's X-Request-ID."),
+}  # fmt: skip
+
+
 def not_found(what: str, ident: str) -> ApiError:
     return ApiError(404, "not_found", f"{what} {ident} not found")
 
@@ -81,14 +112,10 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body(code, message), exc.status_code, getattr(exc, "headers", None))
 
 
-async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return JSONResponse(error_body("internal", "internal server error; see the server log"), 500)
-
-
 def install_error_handlers(app: FastAPI) -> None:
+    """Handlers for the API's own errors; an unexpected exception is answered by
+    `api.middleware.UnexpectedErrorMiddleware`, which keeps the connection open."""
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(InvalidRequest, _invalid_request)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected)

@@ -16,12 +16,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from sqlalchemy.orm import sessionmaker
 
-from api.errors import install_error_handlers
+from api.errors import COMMON_ERRORS, install_error_handlers
 from api.limits import BodyLimitMiddleware
+from api.middleware import RequestIdMiddleware, UnexpectedErrorMiddleware
 from api.prometheus import MetricsMiddleware, RequestStats
 from api.routes import jobs, projects, system, telemetry
+from jobs.broker import connect_broker
 from jobs.store.engine import database_url, get_engine
 from jobs.store.settings import Settings, get_settings
 
@@ -31,7 +34,14 @@ DESCRIPTION = """Submit, validate and watch LLM fine-tuning jobs.
 
 Authenticate with `Authorization: Bearer <key>` (`tuneyard keys create --project P --role R`).
 Field errors answer 422 with `{"errors": [{"loc", "msg", "fix"}]}`; every other error answers
-`{"error": {"code", "message", ...}}` (a 409 adds `current_status`)."""
+`{"error": {"code", "message", ...}}` (a 409 adds `current_status`). Every answer carries
+`X-Request-ID` (the caller's, when it sent a plain token): quote it when reporting a problem.
+Lists share one page shape: `data`, `has_more` and `next_cursor` (pass it back as `cursor`)."""
+
+
+def operation_id(route: APIRoute) -> str:
+    """The route function's name (`create_job`, `list_jobs`): what a generated client calls."""
+    return route.name
 
 
 def announce_auth(settings: Settings) -> None:
@@ -60,18 +70,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         announce_auth(settings)
+        # Import and connect the broker client here, once, before any request thread can
+        # race on its first import; /readyz reports what this found.
+        app.state.broker_at_startup = connect_broker(settings)
         yield
 
-    app = FastAPI(title="tuneyard", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(title="tuneyard", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
+                  responses=COMMON_ERRORS, generate_unique_id_function=operation_id)  # fmt: skip
     app.state.settings = settings
+    app.state.broker_at_startup = "not connected yet"
     app.state.session_factory = sessionmaker(bind=get_engine(settings), expire_on_commit=False)
     app.state.request_stats = RequestStats()
     install_error_handlers(app)
     # Inside the metrics middleware, so a refused body still counts as a 413.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(UnexpectedErrorMiddleware)
     app.add_middleware(MetricsMiddleware, stats=app.state.request_stats)
+    app.add_middleware(RequestIdMiddleware)
     for router in (jobs.router, telemetry.router, projects.router, system.router):
         app.include_router(router)
     _mount_dashboard(app)

@@ -17,6 +17,8 @@ from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
+from api.errors import InvalidRequest
+from jobs.recipe.errors import FieldError
 from jobs.store.status import is_terminal
 
 POLL_SECONDS = 0.5
@@ -32,9 +34,33 @@ def format_event(event: str, data: Any, event_id: int | None = None) -> str:
     return f"{head}event: {event}\ndata: {json.dumps(data, default=str)}\n\n"
 
 
+MAX_EVENT_ID = 2**63 - 1  # row ids are BIGINT
+
+
+def parse_event_id(raw: str) -> int | None:
+    """A row id from text: ASCII digits only (`str.isdigit` also accepts `²`), at most
+    BIGINT; None for anything else."""
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
+        return None
+    value = int(raw)
+    return value if value <= MAX_EVENT_ID else None
+
+
 def last_event_id(request: Request, fallback: int = 0) -> int:
-    raw = request.headers.get("last-event-id", "")
-    return int(raw) if raw.isdigit() and len(raw) < 19 else fallback
+    """`Last-Event-ID` when sent (it wins over the query cursor), else `fallback`.
+
+    Raises InvalidRequest for a header that is not a row id this server could have sent.
+    """
+    raw = request.headers.get("last-event-id")
+    if raw is None or raw == "":
+        return fallback
+    value = parse_event_id(raw.strip())
+    if value is None:
+        raise InvalidRequest([FieldError(
+            "Last-Event-ID", f"'{raw[:40]}' is not an event id (ASCII digits, at most {MAX_EVENT_ID})",
+            "send the `id` of the last event received, or no header to start from the cursor",
+        )])  # fmt: skip
+    return value
 
 
 async def stream_rows(request: Request, fetch: Fetch, event: str, after: int) -> AsyncIterator[str]:

@@ -2,9 +2,10 @@
 
 Validation is `jobs.recipe.validation.validate_job`, the same code `tuneyard validate` runs,
 given the caller's project as a `JobScope` (its jobs, from the database); its FieldErrors
-become the 422 body. The broker only hears about a job after its row is committed; when the
-broker refuses, the job stays `queued` with no `dispatched_at` and the reconciler sends it
-later.
+become the 422 body. A submit is one transaction: the job, its `submitted` event and its
+dispatch mark are committed together, and the broker hears the id after that commit. When
+the broker refuses, the job stays `queued` and the reconciler sends it again once its
+grace window has passed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from api.errors import InvalidRequest
 from api.schemas import JobCreate
+from jobs.broker import dispatch_job, enqueue_job
 from jobs.recipe.bounds import check_bounds
 from jobs.recipe.errors import FieldError
 from jobs.recipe.requirements import requirement_errors
@@ -190,10 +192,26 @@ def _default_name(recipe: dict[str, Any]) -> str:
     return source.rstrip("/").rsplit("/", 1)[-1][:200] or "job"
 
 
-def enqueue(session: Session, job: Job, settings: Settings) -> bool:
-    """Send the committed job to the broker; on failure the job stays queued (reconciler)."""
-    from jobs.broker import dispatch_job
+def send_new_job(session: Session, job: Job, settings: Settings) -> bool:
+    """Send a job created with its dispatch mark. On refusal (logged) the mark is taken back,
+    so the answer says `dispatched_at: null`, and the reconciler sends the job later."""
+    try:
+        enqueue_job(job.id, job.queue, settings)
+    except Exception as exc:  # any transport error: the reconciler re-dispatches queued jobs
+        log.warning("job %s stays queued: the broker refused it (%s)", job.id, exc)
+        try:
+            store.clear_dispatched(session, job.id)
+            session.commit()
+            job.dispatched_at = None
+        except Exception as db_exc:  # the reconciler's grace window covers this too
+            session.rollback()
+            log.warning("job %s: could not clear its dispatch mark (%s)", job.id, db_exc)
+        return False
+    return True
 
+
+def enqueue(session: Session, job: Job, settings: Settings) -> bool:
+    """Send a committed job (a resumed one) to the broker and record the dispatch."""
     sent = dispatch_job(session, job.id, job.queue, settings)
     if sent:
         session.refresh(job, ["dispatched_at"])

@@ -12,7 +12,10 @@ worker's database lease (not the broker's delivery) decides who runs a job. The 
 SQLAlchemy transport on its own SQLite file `<TUNEYARD_HOME>/broker.db` (a separate file
 from the jobs database so Alembic never sees kombu's tables and the two never contend for
 SQLite's single writer lock). Celery, kombu and redis are imported inside functions only,
-so importing this module costs nothing at start-up.
+so importing this module costs nothing at start-up; a server calls `connect_broker` once
+at start-up (the API's lifespan), which imports the client and opens its connection before
+any request thread needs it. The client is built under a lock: concurrent first imports of
+`celery` from request threads can see a half-initialised module.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 from collections.abc import Iterable
-from functools import lru_cache
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -66,13 +69,39 @@ def celery_config(broker_url: str) -> dict[str, Any]:
     }
 
 
-@lru_cache(maxsize=4)
-def _client(broker_url: str) -> Any:
-    from celery import Celery
+_clients: dict[str, Any] = {}
+_clients_lock = threading.Lock()
 
-    app = Celery("tuneyard-dispatch", set_as_current=False)
-    app.conf.update(celery_config(broker_url))
-    return app
+
+def _client(broker_url: str) -> Any:
+    """The process's Celery client for `broker_url`, built once under a lock."""
+    app = _clients.get(broker_url)
+    if app is not None:
+        return app
+    with _clients_lock:
+        if broker_url not in _clients:
+            from celery import Celery
+
+            app = Celery("tuneyard-dispatch", set_as_current=False)
+            app.conf.update(celery_config(broker_url))
+            _clients[broker_url] = app
+        return _clients[broker_url]
+
+
+def connect_broker(settings: Settings | None = None, timeout: float = 2.0) -> str:
+    """Build the client and open a producer connection now; "ok" or why not (never raises).
+
+    A broker that is down at start-up is not fatal: submits then leave jobs to the
+    reconciler until it is back.
+    """
+    try:
+        app = _client(broker_url_for(settings))
+        with app.producer_or_acquire() as producer:
+            producer.connection.ensure_connection(max_retries=1, timeout=timeout)
+        return "ok"
+    except Exception as exc:  # any transport error: report it, keep serving
+        log.warning("broker not reachable at start-up (%s); the reconciler will dispatch", exc)
+        return f"unreachable at start-up: {type(exc).__name__}"
 
 
 def enqueue_job(job_id: str, queue: str, settings: Settings | None = None) -> None:

@@ -21,7 +21,16 @@ from api.schemas import (
     ValidateOut,
     ValidationErrors,
 )
-from api.submission import check_request, enqueue, new_job, replayed_job
+from api.sse import MAX_EVENT_ID as MAX_ROW_ID
+from api.submission import (
+    BAD_TEXT,
+    check_request,
+    enqueue,
+    new_job,
+    replayed_job,
+    send_new_job,
+    unstorable_text,
+)
 from jobs.orchestration.states import IllegalTransition, available_controls, request_control
 from jobs.recipe.errors import FieldError
 from jobs.store import queries as store
@@ -109,12 +118,13 @@ def create_job(
     checked = check_request(body, settings, principal, session)
     try:
         job, created = store.create_job(
-            session, principal.project_id, new_job(body, checked, idempotency_key)
-        )
+            session, principal.project_id, new_job(body, checked, idempotency_key),
+            looked_up=True, dispatching=True,
+        )  # fmt: skip
     except store.IdempotencyConflict as exc:
         raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
     if created:
-        enqueue(session, job, settings)
+        send_new_job(session, job, settings)
     else:
         response.status_code = 200
     return job_public(job, principal.project_name)
@@ -126,7 +136,7 @@ def create_job(
     summary="Validate a job without storing it",
     responses={**INVALID, **AUTH_ERRORS},
 )
-def validate(
+def validate_job(
     body: JobCreate, principal: Submitter, session: SessionDep, settings: SettingsDep
 ) -> ValidateOut:
     """The same checks as submit; answers the plan, or 422 with every field error."""
@@ -163,6 +173,8 @@ def _parse_labels(items: list[str]) -> dict[str, str]:
     labels: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
+        if unstorable_text(item):
+            raise InvalidRequest([FieldError("label", BAD_TEXT, "filter on printable text")])
         if not sep or not key:
             raise InvalidRequest([FieldError("label", f"'{item}' is not key=value",
                                              "filter as label=team=nlp")])  # fmt: skip
@@ -222,11 +234,11 @@ def resume_job(
 
 @router.get("/jobs/{job_id}/events", response_model=EventsPublic, summary="A job's history",
             responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
-def job_events(
+def list_job_events(
     job_id: str,
     principal: Reader,
     session: SessionDep,
-    after: Annotated[int, Query(ge=0, description="Event id cursor.")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_ROW_ID, description="Event id cursor.")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> EventsPublic:
     find_job(session, principal, job_id)

@@ -14,7 +14,7 @@ from api.deps import Admin, Reader, ReleasingRoute, SessionDep
 from api.prometheus import gauge
 from api.routes.jobs import AUTH_ERRORS, INVALID
 from api.schemas import Health, KeyCreate, KeyCreated, ModelPublic, ModelsPublic
-from jobs.broker import DEFAULT_QUEUES, broker_reachable, queue_lengths
+from jobs.broker import DEFAULT_QUEUES, broker_reachable, connect_broker, queue_lengths
 from jobs.store import queries as store
 from jobs.store.api_keys import create_api_key
 from jobs.store.settings import Settings
@@ -45,10 +45,15 @@ def _check_broker(settings: Settings) -> str:
 @router.get("/readyz", response_model=Health, summary="Database and broker are reachable",
             responses={503: {"model": Health, "description": "Something is unreachable."}})  # fmt: skip
 def readyz(request: Request) -> Health | JSONResponse:
-    factory = request.app.state.session_factory
-    checks = {"database": _check_database(factory),
-              "broker": _check_broker(request.app.state.settings)}  # fmt: skip
+    """`database` and `broker` are live checks and decide the status; `broker_client` says
+    whether the submit path's broker client was imported and connected at start-up (a live
+    check that succeeds after a failed start connects it now)."""
+    factory, state = request.app.state.session_factory, request.app.state
+    checks = {"database": _check_database(factory), "broker": _check_broker(state.settings)}
+    if checks["broker"] == "ok" and state.broker_at_startup != "ok":
+        state.broker_at_startup = connect_broker(state.settings)
     ok = all(v == "ok" for v in checks.values())
+    checks["broker_client"] = state.broker_at_startup
     health = Health(status="ok" if ok else "unavailable", checks=checks)
     return health if ok else JSONResponse(health.model_dump(), status_code=503)
 

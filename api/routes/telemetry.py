@@ -22,7 +22,7 @@ from api.schemas import (
     MetricRecord,
     MetricsPublic,
 )
-from api.sse import SSE_HEADERS, Fetch, last_event_id, stream_rows
+from api.sse import MAX_EVENT_ID, SSE_HEADERS, Fetch, last_event_id, stream_rows
 from jobs.store import queries as store
 from jobs.store.tables import Job, JobLog
 
@@ -34,7 +34,7 @@ STREAM_DOC = {200: {"content": {"text/event-stream": {}}, "description": "Server
 
 @router.get("/metrics", response_model=MetricsPublic, summary="Metric records of a job",
             responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
-def job_metrics(
+def get_job_metrics(
     job_id: str,
     principal: Reader,
     session: SessionDep,
@@ -95,7 +95,12 @@ def stream_metrics(
     session: SessionDep,
     kind: Kind | None = None,
     after_id: Annotated[
-        int, Query(ge=0, description="Start after this event id (`Last-Event-ID` wins when sent).")
+        int,
+        Query(
+            ge=0,
+            le=MAX_EVENT_ID,
+            description="Start after this event id (`Last-Event-ID` wins when sent).",
+        ),
     ] = 0,  # fmt: skip
 ) -> StreamingResponse:
     """One `metric` event per record (train and val unless `kind` is given), `id` = the
@@ -117,12 +122,12 @@ def _log_dict(line: JobLog) -> dict[str, Any]:
 
 @router.get("/logs", response_model=LogsPublic, summary="A job's stdout and stderr",
             responses={**STREAM_DOC, **NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
-def job_logs(
+def get_job_logs(
     job_id: str,
     request: Request,
     principal: Reader,
     session: SessionDep,
-    after: Annotated[int, Query(ge=0, description="Line id cursor.")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID, description="Line id cursor.")] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     follow: Annotated[
         bool, Query(description="Stream new lines as server-sent events until the job ends.")
@@ -146,7 +151,7 @@ def job_logs(
 
 @router.get("/checkpoints", response_model=CheckpointsPublic, summary="A job's checkpoints",
             responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
-def job_checkpoints(job_id: str, principal: Reader, session: SessionDep) -> CheckpointsPublic:
+def list_job_checkpoints(job_id: str, principal: Reader, session: SessionDep) -> CheckpointsPublic:
     """Published checkpoints, ascending by step, with the metrics at that step."""
     job = find_job(session, principal, job_id)
     rows = store.list_checkpoints(session, job.id)

@@ -72,17 +72,25 @@ def _replay_or_conflict(existing: Job, new: NewJob) -> Job:
     return existing
 
 
-def create_job(session: Session, project_id: int, new: NewJob) -> tuple[Job, bool]:
-    """Insert a queued job and commit; returns (job, created). A replay returns the old job.
+def create_job(
+    session: Session, project_id: int, new: NewJob, *, looked_up: bool = False,
+    dispatching: bool = False,
+) -> tuple[Job, bool]:  # fmt: skip
+    """Insert a queued job and its `submitted` event in one commit; returns (job, created).
 
-    Raises IdempotencyConflict when the key was used with another body.
+    A replay returns the old job; IdempotencyConflict when the key was used with another
+    body. `looked_up`: the caller has just searched the key, so only the unique constraint
+    (a concurrent twin) can still find one. `dispatching`: the caller sends the id to the
+    broker right after this commit, so the dispatch is recorded in the same transaction
+    (if the send then fails, the reconciler's grace window sends it again).
     """
-    if new.idempotency_key:
+    if new.idempotency_key and not looked_up:
         existing = find_by_idempotency_key(session, project_id, new.idempotency_key)
         if existing is not None:
             return _replay_or_conflict(existing, new), False
     now = utcnow()
     job = Job(project_id=project_id, status=JobStatus.QUEUED, created_at=now, updated_at=now,
+              dispatched_at=now if dispatching else None,
               **{k: v for k, v in vars(new).items()})  # fmt: skip
     session.add(job)
     try:
@@ -110,6 +118,12 @@ def mark_dispatched(session: Session, job_id: str) -> None:
     session.execute(stmt.execution_options(synchronize_session=False))
 
 
+def clear_dispatched(session: Session, job_id: str) -> None:
+    """Undo the dispatch mark of a job whose send failed (the reconciler sends it later)."""
+    stmt = update(Job).where(Job.id == job_id).values(dispatched_at=None)
+    session.execute(stmt.execution_options(synchronize_session=False))
+
+
 def is_job_id(value: str) -> bool:
     try:
         return str(uuid.UUID(value)) == value.lower() and len(value) == 36
@@ -123,6 +137,11 @@ def get_job(session: Session, project_id: int, job_id: str) -> Job | None:
         return None
     job = session.get(Job, job_id.lower())
     return job if job is not None and job.project_id == project_id else None
+
+
+def job_status(session: Session, job_id: str) -> str | None:
+    """The job's status by primary key (one index probe), None when no such job."""
+    return session.scalar(select(Job.status).where(Job.id == job_id))
 
 
 def owns_job(session: Session, project_id: int, job_id: str) -> bool:

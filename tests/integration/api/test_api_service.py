@@ -16,7 +16,7 @@ def test_healthz(client) -> None:
 def test_readyz_checks_database_and_redis(client) -> None:
     answer = client.get("/readyz")
     assert answer.status_code == 200
-    assert answer.json()["checks"] == {"database": "ok", "broker": "ok"}
+    assert answer.json()["checks"] == {"database": "ok", "broker": "ok", "broker_client": "ok"}
 
 
 def test_readyz_is_503_when_the_broker_is_down(stack) -> None:
@@ -25,6 +25,7 @@ def test_readyz_is_503_when_the_broker_is_down(stack) -> None:
         answer = client.get("/readyz")
     assert answer.status_code == 503
     assert answer.json()["checks"]["broker"].startswith("unreachable")
+    assert answer.json()["checks"]["broker_client"].startswith("unreachable at start-up")
 
 
 def test_readyz_is_503_when_the_database_is_down(stack, tmp_path) -> None:

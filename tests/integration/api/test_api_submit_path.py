@@ -1,0 +1,65 @@
+"""The submit path: one write transaction (job, event and dispatch mark together), the id
+enqueued after the commit, and a broker client that concurrent first submits cannot break."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from sqlalchemy import event
+
+from jobs.store.engine import get_engine
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_submit_is_one_write_transaction_then_the_enqueue(client, stack, body, redis_db1):
+    statements: list[str] = []
+    engine = get_engine(stack.settings)
+
+    def record(conn, cursor, statement, *args) -> None:
+        statements.append(" ".join(statement.split()[:3]))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        answer = client.post("/v1/jobs", json=body, headers=stack.headers())
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert answer.status_code == 201, answer.text
+    job = answer.json()
+    assert job["dispatched_at"] is not None
+    writes = [s for s in statements if s.split()[0] in {"INSERT", "UPDATE", "DELETE"}]
+    assert writes == ["INSERT INTO jobs", "INSERT INTO job_events"], statements
+    queued = [m for m in redis_db1.lrange("cpu", 0, -1) if job["id"].encode() in m]
+    assert len(queued) == 1
+
+
+def test_concurrent_first_enqueues_all_reach_the_broker(redis_db1):
+    """32 threads enqueue at once in a process that has not imported celery yet."""
+    script = textwrap.dedent("""
+        import sys, threading, uuid
+        from jobs.broker import enqueue_job
+        from jobs.store.settings import Settings
+        assert "celery" not in sys.modules
+        settings = Settings(broker_url="redis://127.0.0.1:6379/1")
+        barrier, errors = threading.Barrier(32), []
+        def send():
+            barrier.wait()
+            try:
+                enqueue_job(str(uuid.uuid4()), "race-test", settings)
+            except Exception as exc:
+                errors.append(repr(exc))
+        threads = [threading.Thread(target=send) for _ in range(32)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print(len(errors), errors[:3])
+    """)
+    redis_db1.delete("race-test")
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("0 "), out.stdout
+    assert redis_db1.llen("race-test") == 32
+    redis_db1.delete("race-test")
