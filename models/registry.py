@@ -107,6 +107,15 @@ for _entry in (
     ArchEntry("MistralForCausalLM", "models.mistral.model", "MistralForCausalLM", _DENSE_TP,
               TieSupport.BOTH, "mistral", notes="sliding_window runs natively (masked SDPA)",
               config_model_types=("mistral",)),
+    ArchEntry("GptOssForCausalLM", "models.gpt_oss.model", "GptOssForCausalLM",
+              ModelCapabilities(supports_ep=True, supports_lora=False), TieSupport.UNTIED_ONLY,
+              "gpt_oss",
+              notes="attention sinks run eager; expert parallelism spreads the experts over "
+                    "all data-parallel ranks (ep_size == dp_size, strategy fsdp2); no "
+                    "tensor-parallel plan; MXFP4-quantized checkpoints load with the HF class",
+              config_model_types=("gpt_oss",),
+              parallel_plan="models.gpt_oss.parallelize:GPT_OSS_PLAN",
+              state_dict_adapter="models.gpt_oss.state_dict_adapter:GptOssStateDictAdapter"),
 ):  # fmt: skip
     register(_entry)
 

