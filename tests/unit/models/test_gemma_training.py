@@ -1,0 +1,149 @@
+"""Gemma 2 / Gemma 3 text: training, LoRA, tie policy, registry rows and HF fallbacks.
+
+A few AdamW steps lower the loss (every parameter gets a gradient); LoRA through the
+trainer's `apply_peft` trains only the adapters, and the saved adapter applied to the
+transformers class gives the same logits; TIED_ONLY aliases lm_head and refuses untied
+configs; the registry rows agree with the classes; configs the native classes cannot
+run (bidirectional attention, Gemma 3 attention soft-capping, another activation) and the
+multimodal `Gemma3ForConditionalGeneration` load with Hugging Face.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from gemma_tiny_configs import GEMMA_FAMILIES, VOCAB, gemma_config, randomize_norms
+
+from models import AutoModelForCausalLM, registry
+from models.auto import native_class_for
+from models.common.tie import TieWordEmbeddingsError
+from models.hooks import decoder_layers, parallel_plan, supports_tp
+from models.registry import TieSupport
+
+ARCHITECTURES = {"gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+MODEL_TYPES = {"gemma2": "gemma2", "gemma3": "gemma3_text"}
+
+
+@pytest.fixture(params=GEMMA_FAMILIES)
+def gemma(request) -> str:
+    return request.param
+
+
+def _train(model: torch.nn.Module, steps: int = 8, lr: float = 3e-3) -> list[float]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr)
+    torch.manual_seed(1)
+    ids = torch.randint(1, VOCAB, (4, 24))
+    losses = []
+    for _ in range(steps):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        if not losses:
+            assert all(p.grad is not None for p in params)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def test_loss_falls_and_every_parameter_gets_a_gradient(gemma):
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(gemma_config(gemma)).train()
+    assert all(not p.any() for n, p in model.named_parameters() if "norm" in n)  # 1 + 0
+    losses = _train(model)
+    assert losses[-1] < losses[0] - 0.5, losses
+    assert len(decoder_layers(model)) == 2
+
+
+def test_lora_trains_adapters_only_and_the_adapter_applies_to_transformers(gemma, tmp_path):
+    from peft import PeftModel
+
+    from jobs.recipe.typed import Peft
+    from trainer.builders import apply_peft
+
+    torch.manual_seed(0)
+    hf = transformers.AutoModelForCausalLM.from_config(gemma_config(gemma))
+    randomize_norms(hf)
+    hf.save_pretrained(tmp_path / "base")
+    native = AutoModelForCausalLM.from_pretrained(tmp_path / "base", dtype="float32")
+    base = {n: p.detach().clone() for n, p in native.named_parameters()}
+    peft = Peft(None, None, True, 8, 16.0, 0.0, "post", False, False)
+    model = apply_peft(native, peft).train()
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert not any("lm_head" in n for n in trainable)
+    losses = _train(model, lr=1e-2)
+    assert losses[-1] < losses[0] - 0.1, losses
+    for name, param in native.named_parameters():
+        if "lora_" not in name and "base_layer" not in name and name in base:
+            assert torch.equal(param, base[name]), name
+    model.save_pretrained(tmp_path / "adapter")
+    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    reference = PeftModel.from_pretrained(reference, tmp_path / "adapter").eval()
+    ids = torch.randint(1, VOCAB, (2, 20))
+    torch.testing.assert_close(
+        model.eval()(input_ids=ids).logits, reference(input_ids=ids).logits, atol=1e-5, rtol=0
+    )
+
+
+def test_tied_only_aliases_and_refuses_untied(gemma):
+    model = AutoModelForCausalLM.from_config(gemma_config(gemma))
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    cls = registry.load_class(registry.get_entry(ARCHITECTURES[gemma]))
+    with pytest.raises(TieWordEmbeddingsError, match="TIED_ONLY"):
+        cls(gemma_config(gemma, tie_word_embeddings=False))
+
+
+def test_registry_row_agrees_with_the_class(gemma):
+    entry = registry.get_entry(ARCHITECTURES[gemma])
+    cls = registry.load_class(entry)
+    assert registry.import_failures().get(entry.architecture) is None
+    assert cls.architecture == entry.architecture and entry.family == gemma
+    assert "capabilities" in vars(cls) and cls.capabilities == entry.capabilities
+    assert cls.tie_word_embeddings_support is entry.tie_support is TieSupport.TIED_ONLY
+    caps = entry.capabilities
+    assert caps.supports_tp and caps.supports_sequence_parallel and caps.supports_lora
+    assert not (caps.supports_pp or caps.supports_cp or caps.supports_ep)
+    assert entry.config_model_types == (MODEL_TYPES[gemma],) == (gemma_config(gemma).model_type,)
+    assert entry.state_dict_adapter is None and cls.state_dict_adapter is None
+    model = AutoModelForCausalLM.from_config(gemma_config(gemma))
+    assert parallel_plan(model) is registry.load_parallel_plan(entry)
+    assert supports_tp(model, 2) and not supports_tp(model, 4)  # 2 kv heads
+
+
+def test_hf_class_of_the_family_gets_the_family_plan(gemma):
+    hf = AutoModelForCausalLM.from_config(gemma_config(gemma), force_hf=True)
+    assert hf.tuneyard_backend == "hf"
+    assert parallel_plan(hf) is registry.load_parallel_plan(
+        registry.get_entry(ARCHITECTURES[gemma])
+    )
+
+
+@pytest.mark.parametrize(
+    ("family", "overrides", "reason"),
+    [
+        ("gemma2", {"use_bidirectional_attention": True}, "bidirectional"),
+        ("gemma3", {"use_bidirectional_attention": True}, "bidirectional"),
+        ("gemma3", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping"),
+        ("gemma2", {"hidden_activation": "relu"}, "hidden_activation"),
+        ("gemma2", {"layer_types": ["chunked_attention", "full_attention"]}, "layer_types"),
+    ],
+)
+def test_configs_the_native_class_cannot_run_load_with_hf(family, overrides, reason):
+    config = gemma_config(family, **overrides)
+    cls, why = native_class_for(config)
+    assert cls is None and reason in why
+    model = AutoModelForCausalLM.from_config(config)
+    assert model.tuneyard_backend == "hf"
+
+
+def test_multimodal_gemma3_is_not_native():
+    config = transformers.Gemma3Config(text_config=gemma_config("gemma3").to_dict())
+    config.architectures = ["Gemma3ForConditionalGeneration"]
+    cls, why = native_class_for(config)
+    assert cls is None and "not registered" in why
+    assert registry.get_entry("Gemma3ForConditionalGeneration") is None
+    assert registry.entry_for_model_type("gemma3") is None
+    caps = registry.capabilities_for("Gemma3ForConditionalGeneration")
+    assert caps == registry.HF_FALLBACK_CAPABILITIES
