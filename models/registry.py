@@ -129,6 +129,13 @@ def entry_for_model_type(model_type: str) -> ArchEntry | None:
     for entry in _REGISTRY.values():
         if model_type in entry.config_model_types:
             return entry
+    ArchEntry("MixtralForCausalLM", "models.mixtral.model", "MixtralForCausalLM", _MOE_EP,
+              TieSupport.BOTH, "mixtral",
+              notes="expert parallelism as for Qwen3-MoE (ep_size == dp_size, strategy "
+                    "fsdp2); no tensor-parallel plan; sliding_window runs natively",
+              config_model_types=("mixtral",),
+              parallel_plan="models.mixtral.parallelize:MIXTRAL_PLAN",
+              state_dict_adapter="models.mixtral.state_dict_adapter:MixtralStateDictAdapter"),
     return None
 
 
