@@ -82,6 +82,8 @@ class GemmaAttention(Attention):
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        if self.context_parallel is not None:  # set on every `Attention` by the CP helper
+            raise ValueError("Gemma attention does not run context parallel; set cp_size: 1")
         batch, seq = hidden_states.shape[:2]
         shape = (batch, seq, -1, self.head_dim)  # -1: local heads under tensor parallelism
         q = self.q_proj(hidden_states).view(shape)

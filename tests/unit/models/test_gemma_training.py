@@ -147,3 +147,14 @@ def test_multimodal_gemma3_is_not_native():
     assert registry.entry_for_model_type("gemma3") is None
     caps = registry.capabilities_for("Gemma3ForConditionalGeneration")
     assert caps == registry.HF_FALLBACK_CAPABILITIES
+
+
+def test_context_parallel_is_refused_by_the_attention(gemma):
+    model = AutoModelForCausalLM.from_config(
+        gemma_config(gemma, layer_types=["full_attention"] * 2)
+    )
+    attention = model.model.layers[0].self_attn
+    attention.context_parallel = object()
+    with pytest.raises(ValueError, match="context parallel"):
+        model(input_ids=torch.randint(1, VOCAB, (1, 8)))
+    assert not registry.get_entry(ARCHITECTURES[gemma]).capabilities.supports_cp
