@@ -58,6 +58,10 @@ class ArchEntry:
 _DENSE_TP = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
 # Sparse MoE: FSDP2, LoRA and expert parallelism; sparse layers have no TP plan.
 _MOE_EP = ModelCapabilities(supports_tp=False, supports_ep=True)
+# DeepSeek-V3: latent-attention TP (+ sequence parallel) and expert parallelism.
+_DEEPSEEK_V3 = ModelCapabilities(
+    supports_tp=True, supports_sequence_parallel=True, supports_ep=True, supports_lora=False
+)
 
 _REGISTRY: dict[str, ArchEntry] = {}
 
@@ -86,6 +90,16 @@ for _entry in (
               config_model_types=("qwen3_moe",),
               parallel_plan="models.qwen3_moe.parallelize:QWEN3_MOE_PLAN",
               state_dict_adapter="models.qwen3_moe.state_dict_adapter:Qwen3MoeStateDictAdapter"),
+    ArchEntry("DeepseekV3ForCausalLM", "models.deepseek_v3.model", "DeepseekV3ForCausalLM",
+              _DEEPSEEK_V3, TieSupport.UNTIED_ONLY, "deepseek_v3",
+              notes="DeepSeek-V3 and Moonlight: latent attention, sigmoid group-limited router "
+                    "(fp32, correction bias frozen), shared experts; expert parallelism over "
+                    "all data-parallel ranks; tensor parallelism splits attention heads and "
+                    "shared experts (routed experts replicated); FP8-quantized checkpoints "
+                    "load with the HF class",
+              config_model_types=("deepseek_v3",),
+              parallel_plan="models.deepseek_v3.parallelize:DEEPSEEK_V3_PLAN",
+              state_dict_adapter="models.deepseek_v3.state_dict_adapter:DeepseekV3StateDictAdapter"),
     ArchEntry("Phi3ForCausalLM", "models.phi3.model", "Phi3ForCausalLM", _DENSE_TP,
               TieSupport.BOTH, "phi3",
               notes="fused qkv/gate_up split on load and fused on save; partial rotary and "
