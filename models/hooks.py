@@ -8,7 +8,8 @@ tensor-parallel plan and its refusals (`tp_plan`, `tp_unsupported_reason`, `supp
 and expert parallelism (`ep_unsupported_reason`, `apply_expert_parallel`). The row's
 state-dict adapter maps native tensor names onto the Hugging Face checkpoint layout when
 consolidating or restoring (`to_hf_tensors`, `from_hf_state_dict`; identity for families
-without one). A Hugging Face class of a registered family (the fallback for configs the
+without one); `to_hf_groups` / `to_hf_group_tensors` convert together the native tensors an
+adapter fuses into one Hugging Face tensor (Phi-3's q/k/v -> `qkv_proj`). A Hugging Face class of a registered family (the fallback for configs the
 native class does not run) gets the family's plan, since native classes keep the Hugging
 Face module tree, but no adapter, since adapters map native names; an unregistered
 architecture gets the common dense plan. `model_flops_per_token` (for MFU) is re-exported
@@ -39,6 +40,8 @@ __all__ = [
     "supports_tp",
     "to_hf_tensors",
     "tp_plan",
+    "to_hf_group_tensors",
+    "to_hf_groups",
     "tp_unsupported_reason",
 ]
 
@@ -123,6 +126,22 @@ def to_hf_tensors(model: nn.Module, name: str, tensor: Any) -> list[tuple[str, A
     """
     adapter = _adapter(model)
     return adapter.convert_single_tensor_to_hf(name, tensor) if adapter else [(name, tensor)]
+
+
+def to_hf_groups(model: nn.Module, names: list[str]) -> list[tuple[str, ...]]:
+    """Native tensor names in the groups that convert to Hugging Face together, in order:
+    one name each, except the parts an adapter fuses into one tensor (`conversion_groups`)."""
+    grouping = getattr(_adapter(model), "conversion_groups", None)
+    return grouping(names) if grouping else [(name,) for name in names]
+
+
+def to_hf_group_tensors(model: nn.Module, tensors: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The Hugging Face (name, tensor) pairs of one `to_hf_groups` group of full tensors;
+    a group of several parts yields newly built fused tensors."""
+    if len(tensors) == 1:
+        return to_hf_tensors(model, *next(iter(tensors.items())))
+    config = getattr(unwrap_model(model), "config", None)
+    return list(_adapter(model).to_hf(tensors, config).items())
 
 
 def from_hf_state_dict(model: nn.Module, hf_state: dict[str, Any]) -> dict[str, Any]:

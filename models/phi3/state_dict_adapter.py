@@ -182,9 +182,21 @@ class Phi3StateDictAdapter:
                 start += rows
         return plan
 
+    @staticmethod
+    def conversion_groups(names: list[str]) -> list[tuple[str, ...]]:
+        """Native names grouped by the HF tensor they make (consolidation gathers a group,
+        then fuses it); each group sits at its first part's position."""
+        groups: dict[str, list[str]] = {}
+        for fqn in names:
+            match = _NATIVE_KEY.match(fqn)
+            key = f"{match['prefix']}{_FUSED_OF[match['part']]}.weight" if match else fqn
+            groups.setdefault(key, []).append(fqn)
+        return [tuple(group) for group in groups.values()]
+
     @classmethod
     def convert_single_tensor_to_hf(cls, fqn: str, tensor: torch.Tensor) -> list[tuple[str, Any]]:
-        """Unfused tensors keep their name; a split part has no HF tensor of its own."""
+        """Unfused tensors keep their name; a split part has no HF tensor of its own (use
+        `conversion_groups` and `to_hf`)."""
         if _NATIVE_KEY.match(fqn):
             raise FusedMappingError(
                 f"{fqn} is one part of a fused Hugging Face tensor; convert its whole group "

@@ -37,7 +37,12 @@ from models.common.safetensors_io import (
     write_file,
     write_index,
 )
-from models.hooks import from_hf_state_dict, has_state_dict_adapter, to_hf_tensors
+from models.hooks import (
+    from_hf_state_dict,
+    has_state_dict_adapter,
+    to_hf_group_tensors,
+    to_hf_groups,
+)
 from trainer.errors import checkpoint_error
 
 DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
@@ -77,20 +82,34 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
 
 def _hf_layout(
     model: nn.Module, items: list[tuple[str, torch.Tensor]]
-) -> tuple[list[TensorEntry], dict[str, str]]:
-    """Hugging Face entries in write order, and the native tensor each one comes from.
+) -> tuple[list[TensorEntry], dict[str, tuple[str, ...]]]:
+    """Hugging Face entries in write order, and the native tensors each one comes from.
 
     The model's state-dict adapter (MoE experts: one grouped tensor -> one tensor per
-    expert) is applied to meta tensors here, so the layout costs no memory.
+    expert; Phi-3: q/k/v -> one fused tensor) is applied to meta tensors here, so the
+    layout costs no memory.
     """
     entries: list[TensorEntry] = []
-    source: dict[str, str] = {}
-    for name, tensor in items:
-        meta = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device="meta")
-        for hf_name, hf_tensor in to_hf_tensors(model, name, meta):
+    source: dict[str, tuple[str, ...]] = {}
+    tensors = dict(items)
+    for group in to_hf_groups(model, list(tensors)):
+        metas = {n: _meta(tensors[n]) for n in group}
+        for hf_name, hf_tensor in to_hf_group_tensors(model, metas):
             entries.append(TensorEntry(hf_name, hf_tensor.dtype, tuple(hf_tensor.shape)))
-            source[hf_name] = name
+            source[hf_name] = group
     return entries, source
+
+
+def _meta(tensor: torch.Tensor) -> torch.Tensor:
+    """A storage-free stand-in with the (global, for a DTensor) shape and dtype."""
+    return torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device="meta")
+
+
+def _full_group(
+    model: nn.Module, group: tuple[str, ...], tensors: dict[str, Any]
+) -> dict[str, Any]:
+    """One group's Hugging Face tensors from its gathered natives (every rank gathers)."""
+    return dict(to_hf_group_tensors(model, {n: _full(tensors[n]) for n in group}))
 
 
 def save_consolidated_model(
@@ -112,15 +131,15 @@ def save_consolidated_model(
     tensors = dict(items)
     if is_rank0:
         out_dir.mkdir(parents=True, exist_ok=True)
-    gathered_name, converted = "", {}
+    gathered, converted = (), {}
     for file_name, shard in zip(shard_file_names(len(shards)), shards, strict=True):
         writer = SafetensorsFileWriter(out_dir / file_name, shard) if is_rank0 else None
         for entry in shard:
-            native = source[entry.name]
-            if native != gathered_name:  # every rank joins the gather, once per native tensor
-                converted = {}  # drop the previous full tensor before gathering the next
-                converted = dict(to_hf_tensors(model, native, _full(tensors[native])))
-                gathered_name = native
+            group = source[entry.name]
+            if group != gathered:  # every rank joins the gathers, once per native group
+                converted = {}  # drop the previous full tensors before gathering the next
+                converted = _full_group(model, group, tensors)
+                gathered = group
             if writer is not None:
                 writer.write(entry.name, converted[entry.name])
         if writer is not None:
@@ -166,13 +185,15 @@ def snapshot_consolidated_model(
     items = _unique_state(model)
     entries, source = _hf_layout(model, items)
     natives, tensors = dict(items), {}
-    for native in dict.fromkeys(source.values()):
-        full, fresh = _private_copy(natives[native].detach())
-        for hf_name, hf_tensor in to_hf_tensors(model, native, full):
+    for group in dict.fromkeys(source.values()):
+        fulls = {n: _private_copy(natives[n].detach()) for n in group}
+        fresh = all(f for _, f in fulls.values()) or len(group) > 1  # fused: built anew
+        converted = to_hf_group_tensors(model, {n: full for n, (full, _) in fulls.items()})
+        for hf_name, hf_tensor in converted:
             if is_rank0:
                 private = fresh or hf_tensor.device.type != "cpu"  # .to("cpu") copies then
                 tensors[hf_name] = hf_tensor.to("cpu") if private else hf_tensor.clone()
-        del full
+        del fulls, converted
     if not is_rank0:
         return None
     config = copy.deepcopy(getattr(model, "config", None))
