@@ -122,7 +122,7 @@ for _entry in (
               TieSupport.BOTH, "mistral", notes="sliding_window runs natively (masked SDPA)",
               config_model_types=("mistral",)),
     ArchEntry("GptOssForCausalLM", "models.gpt_oss.model", "GptOssForCausalLM",
-              ModelCapabilities(supports_ep=True, supports_lora=False), TieSupport.UNTIED_ONLY,
+              ModelCapabilities(supports_ep=True), TieSupport.UNTIED_ONLY,
               "gpt_oss",
               notes="attention sinks run eager; expert parallelism spreads the experts over "
                     "all data-parallel ranks (ep_size == dp_size, strategy fsdp2); no "

@@ -46,7 +46,7 @@ class GptOssForCausalLM(RouterAuxLossMixin, NativeCausalLM):
     _tied_weights_keys: dict[str, str] = {}
     _keep_in_fp32_modules_strict = ["self_attn.sinks", "mlp.router"]
     state_dict_adapter = GptOssStateDictAdapter
-    capabilities = ModelCapabilities(supports_tp=False, supports_ep=True, supports_lora=False)
+    capabilities = ModelCapabilities(supports_ep=True)
 
     def __init__(self, config: Any) -> None:
         reject_unsupported_tie_word_embeddings(type(self), config)
