@@ -63,6 +63,9 @@ _DEEPSEEK_V3 = ModelCapabilities(
     supports_tp=True, supports_sequence_parallel=True, supports_ep=True, supports_lora=False
 )
 
+# Phi-3: dense TP; LoRA adapters would name the split q/k/v that HF's fused Phi-3 lacks.
+_PHI3 = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True, supports_lora=False)
+
 _REGISTRY: dict[str, ArchEntry] = {}
 
 
@@ -100,10 +103,11 @@ for _entry in (
               config_model_types=("deepseek_v3",),
               parallel_plan="models.deepseek_v3.parallelize:DEEPSEEK_V3_PLAN",
               state_dict_adapter="models.deepseek_v3.state_dict_adapter:DeepseekV3StateDictAdapter"),
-    ArchEntry("Phi3ForCausalLM", "models.phi3.model", "Phi3ForCausalLM", _DENSE_TP,
+    ArchEntry("Phi3ForCausalLM", "models.phi3.model", "Phi3ForCausalLM", _PHI3,
               TieSupport.BOTH, "phi3",
-              notes="fused qkv/gate_up split on load and fused on save; partial rotary and "
-                    "longrope native; configs with resid_pdrop > 0 load with the HF class",
+              notes="fused qkv/gate_up split on load and fused on save; partial rotary, "
+                    "longrope and sliding_window native; no LoRA (adapters would not fit HF's "
+                    "fused layers); resid_pdrop > 0 loads the HF class",
               config_model_types=("phi3",),
               state_dict_adapter="models.phi3.state_dict_adapter:Phi3StateDictAdapter"),
     ArchEntry("Gemma2ForCausalLM", "models.gemma2.model", "Gemma2ForCausalLM", _DENSE_TP,

@@ -31,7 +31,10 @@ from models.registry import ModelCapabilities, TieSupport
 class Phi3ForCausalLM(NativeCausalLM):
     architecture = "Phi3ForCausalLM"
     tie_word_embeddings_support = TieSupport.BOTH
-    capabilities = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
+    # No LoRA: an adapter on the split q/k/v, gate/up would not apply to HF's fused layers.
+    capabilities = ModelCapabilities(
+        supports_tp=True, supports_sequence_parallel=True, supports_lora=False
+    )
     state_dict_adapter = Phi3StateDictAdapter
 
     def __init__(self, config: Any) -> None:
