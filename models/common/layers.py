@@ -85,12 +85,10 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor],
-        attention_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def project_qkv(
+        self, hidden_states: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v as (batch, local heads, seq, head_dim): projected, q/k-normed, rotated."""
         batch, seq = hidden_states.shape[:2]
         shape = (batch, seq, -1, self.head_dim)  # -1: local heads under tensor parallelism
         q = self.q_proj(hidden_states).view(shape)
@@ -99,6 +97,16 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q.transpose(1, 2), k.transpose(1, 2), *position_embeddings)
+        return q, k, v
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        batch, seq = hidden_states.shape[:2]
+        q, k, v = self.project_qkv(hidden_states, position_embeddings)
         dropout = self.dropout if self.training else 0.0
         if self.context_parallel is not None:
             if attention_mask is not None:

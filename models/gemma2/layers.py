@@ -20,7 +20,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.common.layers import Attention, SwiGLUMLP, layer_sliding_window
-from models.common.rope import apply_rotary
 
 GEMMA_ACTIVATIONS = ("gelu_pytorch_tanh",)
 
@@ -85,16 +84,11 @@ class GemmaAttention(Attention):
         if self.context_parallel is not None:  # set on every `Attention` by the CP helper
             raise ValueError("Gemma attention does not run context parallel; set cp_size: 1")
         batch, seq = hidden_states.shape[:2]
-        shape = (batch, seq, -1, self.head_dim)  # -1: local heads under tensor parallelism
-        q = self.q_proj(hidden_states).view(shape)
-        k = self.k_proj(hidden_states).view(shape)
-        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q.transpose(1, 2), k.transpose(1, 2), *position_embeddings)
+        q, k, v = self.project_qkv(hidden_states, position_embeddings)
         groups = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         dropout = self.dropout if self.training else 0.0
+        if self.softcap or attention_mask is not None:  # eager and masked GQA: repeat k/v
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         if self.softcap:
             out = softcapped_attention(q, k, v, attention_mask, self.scaling, self.softcap, dropout)
         else:
@@ -106,6 +100,7 @@ class GemmaAttention(Attention):
                 is_causal=attention_mask is None,
                 dropout_p=dropout,
                 scale=self.scaling,
+                enable_gqa=k.shape[1] != q.shape[1],
             )
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
 
