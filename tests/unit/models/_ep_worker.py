@@ -3,6 +3,7 @@
 `python _ep_worker.py RANK WORLD PORT OUT CASE...` runs each case and writes one line per
 case, "CASE ok" or "CASE FAILED <traceback>", to OUT.rank. The ranks hold different
 batches (different token counts); the reference is the unsharded model on both batches.
+Other MoE families' workers pass their own `build` (a tiny model pair, vocabulary 512).
 `hooks`: `models.hooks.apply_expert_parallel` alone; every rank's loss is its summed
 cross entropy over the global label count, so the summed losses equal the reference loss
 and the summed non-expert gradients (and the expert gradients as they are) equal the
@@ -58,12 +59,12 @@ def _full(tensor):
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-def check_hooks() -> None:
+def check_hooks(build=build_pair) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from models.hooks import apply_expert_parallel
 
-    reference, ep_model = build_pair()
+    reference, ep_model = build()
     rank, data = dist.get_rank(), batches()
     ref_logits, ref_loss, ref_grads, total = reference_grads(reference, data, 1.0)
     params = apply_expert_parallel(ep_model, init_device_mesh("cpu", (2,)))
@@ -84,11 +85,11 @@ def check_hooks() -> None:
         torch.testing.assert_close(grad, ref_grads[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
-def check_trainer() -> None:
+def check_trainer(build=build_pair) -> None:
     from trainer.distributed import DistEnv, build_mesh
     from trainer.parallelize import clip_grad_norm, parallelize
 
-    reference, ep_model = build_pair()
+    reference, ep_model = build()
     rank, data = dist.get_rank(), batches()
     ref_logits, _, ref_grads, total = reference_grads(reference, data, 1.0)
     env = DistEnv(rank, 2, rank, 2, torch.device("cpu"))
