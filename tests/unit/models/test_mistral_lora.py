@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from mistral_family_configs import VOCAB, make_family_config
+from mistral_family_configs import VOCAB, make_family_config, train_losses
 
 from models import AutoModelForCausalLM
 
@@ -35,16 +35,9 @@ def test_lora_trains_adapters_only_and_applies_to_transformers(family, tmp_path)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     assert any("self_attn.q_proj" in n for n in trainable)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     torch.manual_seed(1)
     ids = torch.randint(1, VOCAB, (4, 20))
-    losses = []
-    for _ in range(6):
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = train_losses(model, ids, steps=6, lr=1e-2)
     assert losses[-1] < losses[0] - 0.1, losses
     for name, param in native.named_parameters():
         if "lora_" not in name and name in base:

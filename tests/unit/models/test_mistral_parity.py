@@ -11,8 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from mistral_family_configs import VOCAB, mistral_config
-from safetensors.torch import load_file
+from mistral_family_configs import VOCAB, mistral_config, read_safetensors_dir, train_losses
 from transformers.masking_utils import create_sliding_window_causal_mask
 
 from models import AutoModelForCausalLM
@@ -159,20 +158,13 @@ def test_bf16_logits_stay_close():
     assert out.dtype == torch.float32 and (out - ref).abs().max() < 5e-2
 
 
-def _read_dir(directory) -> dict[str, torch.Tensor]:
-    out = {}
-    for path in sorted(directory.glob("*.safetensors")):
-        out.update(load_file(path))
-    return out
-
-
 def test_checkpoint_round_trip_and_transformers_reload(tmp_path):
     torch.manual_seed(0)
     transformers.AutoModelForCausalLM.from_config(mistral_config()).save_pretrained(tmp_path / "hf")
     native = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
     assert type(native) is MistralForCausalLM
     native.save_pretrained(tmp_path / "native", max_shard_size=100_000)
-    before, after = _read_dir(tmp_path / "hf"), _read_dir(tmp_path / "native")
+    before, after = read_safetensors_dir(tmp_path / "hf"), read_safetensors_dir(tmp_path / "native")
     assert sorted(before) == sorted(after)
     for key, tensor in before.items():
         assert after[key].dtype == tensor.dtype and torch.equal(after[key], tensor), key
@@ -185,14 +177,5 @@ def test_checkpoint_round_trip_and_transformers_reload(tmp_path):
 def test_training_lowers_the_loss():
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(mistral_config()).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    ids = _ids(4, 24)
-    losses = []
-    for _ in range(8):
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        assert all(p.grad is not None for p in model.parameters())
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = train_losses(model, _ids(4, 24))
     assert losses[-1] < losses[0] - 0.5, losses

@@ -11,8 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from mistral_family_configs import VOCAB, mixtral_config
-from safetensors.torch import load_file
+from mistral_family_configs import VOCAB, mixtral_config, read_safetensors_dir, train_losses
 from tiny_model_configs import hf_to_native_state
 
 from models import AutoModelForCausalLM
@@ -113,22 +112,15 @@ def test_router_stays_fp32_and_bf16_logits_stay_close():
     assert out.dtype is torch.bfloat16 and (out.float() - ref).abs().max() < 5e-2
 
 
-def _read_dir(directory) -> dict[str, torch.Tensor]:
-    out = {}
-    for path in sorted(directory.glob("*.safetensors")):
-        out.update(load_file(path))
-    return out
-
-
 def test_checkpoint_round_trip_and_transformers_reload(tmp_path):
     torch.manual_seed(0)
     transformers.AutoModelForCausalLM.from_config(mixtral_config()).save_pretrained(tmp_path / "hf")
-    before = _read_dir(tmp_path / "hf")
+    before = read_safetensors_dir(tmp_path / "hf")
     assert "model.layers.1.block_sparse_moe.experts.3.w2.weight" in before
     native = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
     assert type(native) is MixtralForCausalLM
     native.save_pretrained(tmp_path / "native", max_shard_size=100_000)
-    after = _read_dir(tmp_path / "native")
+    after = read_safetensors_dir(tmp_path / "native")
     assert sorted(before) == sorted(after)
     for key, tensor in before.items():
         assert after[key].dtype == tensor.dtype and torch.equal(after[key], tensor), key
@@ -141,14 +133,5 @@ def test_checkpoint_round_trip_and_transformers_reload(tmp_path):
 def test_training_lowers_the_loss():
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(mixtral_config(output_router_logits=True)).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    ids = _ids(4, 24)
-    losses = []
-    for _ in range(8):
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        assert all(p.grad is not None for p in model.parameters())
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = train_losses(model, _ids(4, 24))
     assert losses[-1] < losses[0] - 0.5, losses
