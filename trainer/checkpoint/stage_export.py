@@ -26,10 +26,9 @@ from models.common.safetensors_io import (
     shard_file_names,
     write_index,
 )
-from models.hooks import to_hf_tensors
 from trainer.checkpoint.consolidate import (
     DEFAULT_MAX_SHARD_BYTES,
-    _full,
+    _full_group,
     _hf_layout,
     _unique_state,
     _write_config,
@@ -82,13 +81,13 @@ def save_pipeline_model(
     tensors = dict(items)
     for file_name, shard in zip(names[first : first + len(shards)], shards, strict=True):
         writer = SafetensorsFileWriter(out_dir / file_name, shard) if writes else None
-        gathered_name, converted = "", {}
+        gathered, converted = (), {}
         for entry in shard:
-            native = source[entry.name]
-            if native != gathered_name:  # the stage's ranks gather each native tensor once
+            group = source[entry.name]
+            if group != gathered:  # the stage's ranks gather each native group once
                 converted = {}
-                converted = dict(to_hf_tensors(model, native, _full(tensors[native])))
-                gathered_name = native
+                converted = _full_group(model, group, tensors)
+                gathered = group
             if writer is not None:
                 writer.write(entry.name, converted[entry.name])
         if writer is not None:
