@@ -56,6 +56,10 @@ class ArchEntry:
 
 
 _DENSE_TP = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
+# Dense families whose native attention runs context parallel (models.common.context_parallel).
+_DENSE_TP_CP = ModelCapabilities(
+    supports_tp=True, supports_sequence_parallel=True, supports_cp=True
+)
 # Sparse MoE: FSDP2, LoRA and expert parallelism; sparse layers have no TP plan.
 _MOE_EP = ModelCapabilities(supports_tp=False, supports_ep=True)
 # DeepSeek-V3: latent-attention TP (+ sequence parallel) and expert parallelism.
@@ -77,12 +81,12 @@ def register(entry: ArchEntry, *, replace: bool = False) -> None:
 
 
 for _entry in (
-    ArchEntry("LlamaForCausalLM", "models.llama.model", "LlamaForCausalLM", _DENSE_TP,
+    ArchEntry("LlamaForCausalLM", "models.llama.model", "LlamaForCausalLM", _DENSE_TP_CP,
               TieSupport.BOTH, "llama", config_model_types=("llama",)),
-    ArchEntry("Qwen2ForCausalLM", "models.qwen2.model", "Qwen2ForCausalLM", _DENSE_TP,
+    ArchEntry("Qwen2ForCausalLM", "models.qwen2.model", "Qwen2ForCausalLM", _DENSE_TP_CP,
               TieSupport.BOTH, "qwen2", notes="use_sliding_window layers run natively",
               config_model_types=("qwen2",)),
-    ArchEntry("Qwen3ForCausalLM", "models.qwen3.model", "Qwen3ForCausalLM", _DENSE_TP,
+    ArchEntry("Qwen3ForCausalLM", "models.qwen3.model", "Qwen3ForCausalLM", _DENSE_TP_CP,
               TieSupport.BOTH, "qwen3", notes="use_sliding_window layers run natively",
               config_model_types=("qwen3",),
               parallel_plan="models.qwen3.parallelize:QWEN3_PLAN"),

@@ -56,6 +56,18 @@ class Topology:
         return self.mesh[dims] if len(dims) > 1 else self.mesh[dims[0]]
 
     @property
+    def fsdp_mesh(self) -> DeviceMesh:
+        """What FSDP2 shards parameters and averages gradients over: the data-parallel axes,
+        with dp_shard and cp flattened into one `dp_shard_cp` axis when cp > 1 (context
+        peers hold the same parameters, and each computes the gradient of its own tokens)."""
+        if self.cp_size == 1:
+            return self.dp_mesh
+        shard_cp = self.mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
+        if "dp_replicate" in (self.mesh.mesh_dim_names or ()):
+            return self.mesh["dp_replicate", "dp_shard_cp"]
+        return shard_cp
+
+    @property
     def tp_mesh(self) -> DeviceMesh | None:
         return self.mesh["tp"] if self.tp_size > 1 else None
 

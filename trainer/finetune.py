@@ -27,6 +27,7 @@ import torch.distributed as dist
 from jobs.recipe.exit_codes import ExitCode
 from jobs.recipe.typed import StepScheduler
 from trainer.checkpoint import hf_export, manager
+from trainer.context_parallel import shard_batch
 from trainer.distributed import all_reduce_sum
 from trainer.errors import TrainerError
 from trainer.loss import token_loss_sum
@@ -99,13 +100,15 @@ def _sync_context(run: TrainingRun, last: bool):
 def train_step(run: TrainingRun, micro_batches: list[dict[str, Any]]) -> tuple[float, float, int]:
     """One optimizer step; returns (loss, grad_norm, tokens) summed over all ranks."""
     tp = run.topology.tp_size
+    micro_batches = [shard_batch(b, run.topology) for b in micro_batches]
     local_labels = sum(int((b["labels"] != -100).sum()) for b in micro_batches)
     label_tokens = max(1.0, all_reduce_sum([local_labels], run.env.device)[0] / tp)
     loss_sum = 0.0
     for i, batch in enumerate(micro_batches):
         with _sync_context(run, last=i == len(micro_batches) - 1):
             loss = micro_batch_loss(run, batch)
-            (loss * run.topology.dp_size / label_tokens).backward()
+            # FSDP averages gradients over dp x cp ranks; each holds a share of the tokens
+            (loss * run.topology.dp_size * run.topology.cp_size / label_tokens).backward()
         loss_sum += float(loss.detach())
     max_norm = run.recipe.clip_grad_norm.max_norm
     grad_norm = clip_grad_norm([p for p in run.model.parameters() if p.requires_grad], max_norm)
@@ -123,6 +126,7 @@ def validate(run: TrainingRun) -> tuple[float, int]:
     run.model.train(False)
     loss_sum, labels, tokens = 0.0, 0, 0
     for batch in run.val_loader:
+        batch = shard_batch(batch, run.topology)
         logits = forward_logits(run, batch)
         target = batch["labels"].to(run.env.device)
         loss_sum += float(token_loss_sum(run.loss_fn, logits, target))

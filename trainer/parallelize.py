@@ -5,11 +5,12 @@ One function, `parallelize`, asks `models.hooks.parallel_plan` for the model fam
 the steps in a fixed order: move to the device; tensor parallelism on the mesh's `tp` axis
 with the plan's DTensor plan, first, because `parallelize_module` needs the plain modules;
 expert parallelism over the data-parallel ranks, before FSDP2, which must be told to leave
-the expert DTensors alone; activation checkpointing per decoder layer, so each FSDP unit
-wraps a checkpointed layer; then data parallelism: FSDP2 (`fully_shard` per FSDP unit of
-the plan, then the root; a `MixedPrecisionPolicy` on CUDA only) or DDP. The model is
-compiled last, so it traces the sharded modules. `clip_grad_norm` handles gradients that
-live on different meshes.
+the expert DTensors alone; context parallelism (the attention layers attend over the `cp`
+axis, and FSDP2 shards over dp_shard x cp); activation checkpointing per decoder layer,
+so each FSDP unit wraps a checkpointed layer; then data parallelism: FSDP2 (`fully_shard`
+per FSDP unit of the plan, then the root; a `MixedPrecisionPolicy` on CUDA only) or DDP.
+The model is compiled last, so it traces the sharded modules. `clip_grad_norm` handles
+gradients that live on different meshes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from models import hooks
 from models.common.parallelize import ParallelPlan
+from trainer.context_parallel import apply_context_parallel
 from trainer.distributed import Topology
 from trainer.errors import data_error, unsupported
 
@@ -107,7 +109,7 @@ def apply_fsdp2(
 ) -> None:
     policy = _mp_policy(distributed, device)
     options = dict(
-        mesh=topology.dp_mesh,
+        mesh=topology.fsdp_mesh,
         mp_policy=policy,
         reshard_after_forward=distributed.get("reshard_after_forward"),
         ignored_params=ignored or None,
@@ -146,6 +148,8 @@ def parallelize(
         if strategy != "fsdp2":
             raise unsupported("distributed.ep_size > 1 needs strategy: fsdp2")
         experts = apply_expert_parallel(model, plan, topology)
+    if topology.cp_size > 1:
+        apply_context_parallel(model, topology)
     apply_activation_checkpointing(model, plan, distributed.get("activation_checkpointing"))
     forward_model: nn.Module = model
     if strategy == "fsdp2":

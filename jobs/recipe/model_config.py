@@ -219,9 +219,45 @@ _CAPABILITY_FIELDS = (
 )
 
 
-# pp and cp are refused for every architecture (jobs.recipe.trainer_support), until the
-# trainer runs them; these are the sizes whose support depends on the model.
-_MODEL_PARALLEL_FIELDS = tuple(f for f in _CAPABILITY_FIELDS if f[0] in ("tp_size", "ep_size"))
+# pp is refused for every architecture (jobs.recipe.trainer_support) until the trainer runs
+# it; these are the sizes whose support depends on the model.
+_MODEL_PARALLEL_FIELDS = tuple(f for f in _CAPABILITY_FIELDS if f[0] != "pp_size")
+
+# The rope types the native attention computes (models.common.rope.SUPPORTED_ROPE_TYPES,
+# which imports torch; a test keeps the two equal). Others load the Hugging Face class.
+NATIVE_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+
+
+def context_parallel_config_errors(
+    config: dict[str, Any] | None, distributed: dict[str, Any]
+) -> list[FieldError]:
+    """Configs whose model context parallelism cannot run although its architecture can:
+    sliding-window layers (a window over global positions the chunks do not mask) and rope
+    types that load the Hugging Face class (no context-parallel attention)."""
+    if not config or int(distributed.get("cp_size") or 1) == 1:
+        return []
+    reasons = []
+    if _sliding_window(config):
+        reasons.append("sliding-window attention layers")
+    rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+    rope_type = rope.get("rope_type") or rope.get("type") or "default"
+    if rope_type not in NATIVE_ROPE_TYPES:
+        reasons.append(f"rope_type {rope_type!r} (loads the Hugging Face class)")
+    return [
+        FieldError(
+            "distributed.cp_size",
+            f"context parallelism cannot run this model's {reason}",
+            "set distributed.cp_size: 1",
+        )
+        for reason in reasons
+    ]
+
+
+def _sliding_window(config: dict[str, Any]) -> bool:
+    if "use_sliding_window" in config:
+        return bool(config["use_sliding_window"])
+    layer_types = config.get("layer_types") or []
+    return config.get("sliding_window") is not None or "sliding_attention" in layer_types
 
 
 def _unknown_architecture_errors(distributed: dict[str, Any]) -> list[FieldError]:

@@ -43,6 +43,7 @@ from jobs.recipe.model_config import (
     architecture_of,
     capability_errors,
     check_model_kwargs,
+    context_parallel_config_errors,
     estimate_param_count,
     hub_cache_config,
     hub_cache_root,
@@ -320,5 +321,6 @@ def normalize_recipe(
     warnings += info.warnings + _target_section_warnings(out)
     if setup is not None:
         errors += capability_errors(info.architecture, out["distributed"], out["peft"] is not None)
+        errors += context_parallel_config_errors(info.config, out["distributed"])
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)
     return out, setup, info, errors, warnings

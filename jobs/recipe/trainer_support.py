@@ -23,6 +23,7 @@ def check_trainer_support(recipe: dict[str, Any], accelerator: str) -> list[Fiel
     distributed = recipe.get("distributed") or {}
     return [
         *_parallelism_errors(distributed, accelerator),
+        *_context_parallel_errors(recipe, distributed),
         *_expert_parallel_errors(distributed),
         *_peft_errors(recipe.get("peft") is not None, distributed),
         *_checkpoint_errors(recipe.get("checkpoint") or {}),
@@ -41,7 +42,7 @@ def _parallelism_errors(distributed: dict[str, Any], accelerator: str) -> list[F
         FieldError(
             f"distributed.{key}", f"{what} ({key} > 1) {NOT_YET}", f"set distributed.{key}: 1"
         )
-        for key, what in (("pp_size", "pipeline parallelism"), ("cp_size", "context parallelism"))
+        for key, what in (("pp_size", "pipeline parallelism"),)
         if _size(distributed, key) > 1
     ]
     strategy = distributed.get("strategy")
@@ -54,6 +55,50 @@ def _parallelism_errors(distributed: dict[str, Any], accelerator: str) -> list[F
         msg = "DDP replicates whole models and cannot shard them for tensor parallelism"
         errors.append(FieldError("distributed.tp_size", msg, "use strategy: fsdp2 or tp_size: 1"))
     return errors
+
+
+def _context_parallel_errors(
+    recipe: dict[str, Any], distributed: dict[str, Any]
+) -> list[FieldError]:
+    """What context parallelism (`trainer.context_parallel`) does not combine with.
+
+    Its attention is plain causal over whole rows, in the native attention layers only, and
+    it shards the student's batch under FSDP2: packed rows (per-document masks), the Hugging
+    Face classes (no native attention) and distillation (the teacher would see a slice) are
+    refused, and so are the parallelisms and wrappers not yet proven with it."""
+    if _size(distributed, "cp_size") == 1:
+        return []
+    fix = "set distributed.cp_size: 1 or change {loc}"
+    return [
+        FieldError(loc, msg, fix.format(loc=loc))
+        for loc, msg in _context_parallel_conflicts(recipe, distributed)
+    ]
+
+
+def _context_parallel_conflicts(
+    recipe: dict[str, Any], distributed: dict[str, Any]
+) -> list[tuple[str, str]]:
+    model = recipe.get("model") or {}
+    attn = model.get("attn_implementation")
+    no_cp_attention = "which has no context-parallel attention (the native attention is sdpa)"
+    conflicts = [
+        ("packed_sequence.enabled", bool((recipe.get("packed_sequence") or {}).get("enabled")),
+         "packed rows need per-document attention masks; context-parallel attention is causal "
+         "over whole rows"),
+        ("recipe", recipe.get("recipe") == "llm_kd",
+         "distillation's teacher runs on whole rows; context parallelism shards the student's"),
+        ("model.force_hf", bool(model.get("force_hf")),
+         f"force_hf loads the Hugging Face class, {no_cp_attention}"),
+        ("model.attn_implementation", attn not in (None, "sdpa"),
+         f"attn_implementation {attn!r} loads the Hugging Face class, {no_cp_attention}"),
+        ("peft", recipe.get("peft") is not None, f"LoRA with context parallelism {NOT_YET}"),
+        ("compile.enabled", bool((recipe.get("compile") or {}).get("enabled")),
+         f"torch.compile with context parallelism {NOT_YET}"),
+        *[(f"distributed.{key}", _size(distributed, key) > 1, f"{what} with context parallelism {NOT_YET}")
+          for key, what in (("tp_size", "tensor parallelism"), ("pp_size", "pipeline parallelism"),
+                            ("ep_size", "expert parallelism"))],
+    ]  # fmt: skip
+    return [(loc, msg) for loc, refused, msg in conflicts if refused]
 
 
 def _megatron_fsdp_error(accelerator: str) -> FieldError:
