@@ -9,7 +9,9 @@ placement (`trainer.parallelize`), `torch.compile` (last, so it traces the shard
 modules). Under FSDP2 without PEFT a native `from_pretrained` model (and a resume of it)
 takes the shard-only path instead: built on `meta`, sharded, then filled one checkpoint
 tensor at a time with each rank keeping its shard (`models.common.shard_load`;
-`TUNEYARD_FULL_MODEL_LOAD=1` forces the old path). fp8/QAT and context parallelism never
+`TUNEYARD_FULL_MODEL_LOAD=1` forces the old path). Under pipeline parallelism the whole
+model is built and restored, then split into this rank's stages, each sharded on its own
+(`trainer.pipeline`). fp8/QAT and context parallelism never
 reach here: validation refuses them. Then
 the data loaders, optimizer, LR scheduler and loss, and the optimizer, scheduler, data
 position and RNG of the checkpoint being resumed.
@@ -39,6 +41,7 @@ from trainer.data.collate import Collator
 from trainer.distributed import DistEnv, Topology, build_mesh, check_launch
 from trainer.errors import checkpoint_error, data_error
 from trainer.parallelize import parallelize
+from trainer.pipeline import build_pipeline
 from trainer.train_state import recipe_hash, restore_rng, seed_everything
 
 FULL_LOAD_ENV = "TUNEYARD_FULL_MODEL_LOAD"  # "1": every rank loads the whole model first
@@ -68,6 +71,9 @@ class TrainingRun:
     data_state: dict[str, int] = field(default_factory=lambda: {"epoch": 0, "batches_done": 0})
     # A recipe's own micro-batch loss (summed over label tokens); None: cross entropy.
     step_loss: Callable[[TrainingRun, dict[str, Any]], torch.Tensor] | None = None
+    # pp_size > 1: this rank's stages and schedule (`trainer.pipeline`); `model` is then
+    # the model pruned to those stages
+    pipeline: Any = None
 
 
 def architecture_of(model: nn.Module) -> str:
@@ -136,6 +142,7 @@ class ModelStack:
     forward_model: nn.Module
     is_peft: bool
     architecture: str
+    pipeline: Any = None
 
 
 def _meta_model(recipe: Recipe) -> tuple[nn.Module, Path] | None:
@@ -143,6 +150,8 @@ def _meta_model(recipe: Recipe) -> tuple[nn.Module, Path] | None:
     FSDP2, no PEFT, a native `from_pretrained` whose family supports it (see
     `models.common.shard_load`); `TUNEYARD_FULL_MODEL_LOAD=1` forces the full load."""
     if os.environ.get(FULL_LOAD_ENV) == "1" or recipe.peft is not None:
+        return None
+    if recipe.topology.pp_size > 1:  # stages are split from the whole model
         return None
     if recipe.topology.section().get("strategy", "fsdp2") != "fsdp2":
         return None
@@ -194,6 +203,9 @@ def build_model_stack(
     is_peft = recipe.peft is not None
     if ckpt is not None:
         _restore_weights(model, ckpt, is_peft)
+    if topology.pp_size > 1:  # split into this rank's stages, then shard each
+        model, stages = build_pipeline(model, topology, recipe.topology.section(), env.device)
+        return ModelStack(tokenizer, model, model, is_peft, architecture, stages)
     compile_section = dataclasses.asdict(recipe.compile)  # sharding, device, compile
     forward_model = parallelize(
         model, topology, recipe.topology.section(), env.device, compile_section
@@ -222,8 +234,10 @@ def setup_run(recipe: Recipe, run_dir: Path, env: DistEnv) -> TrainingRun:
         loss_fn=builders.build_loss(recipe.loss_fn), train_loader=train_loader,
         val_loader=val_loader, checkpoints=checkpoints, max_steps=max_steps,
         grad_accumulation_steps=recipe.step_scheduler.grad_accumulation_steps,
-        is_peft=stack.is_peft, architecture=stack.architecture,
+        is_peft=stack.is_peft, architecture=stack.architecture, pipeline=stack.pipeline,
     )  # fmt: skip
+    if run.pipeline is not None:
+        run.pipeline.loss.loss_fn = run.loss_fn
     if ckpt is not None:
         _restore_training_state(run, ckpt)
     return run

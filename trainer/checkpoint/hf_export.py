@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.recipe.typed import Recipe
-from trainer.checkpoint import consolidate
+from trainer.checkpoint import consolidate, stage_export
 
 if TYPE_CHECKING:
     from trainer.setup import TrainingRun
@@ -61,6 +61,11 @@ def save_model_dir(run: TrainingRun, staging: Path) -> None:
     out_dir = staging / "model"
     if run.is_peft:
         _save_adapter(run, staging)
+    elif run.pipeline is not None:  # every stage's parameters into one directory
+        generation = base_generation_config(run.recipe)
+        stage_export.save_pipeline_model(
+            run.model, out_dir, run.topology, run.env.is_rank0, generation_config=generation
+        )
     else:
         generation = base_generation_config(run.recipe)
         consolidate.save_consolidated_model(
