@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from jobs.recipe.exit_codes import ExitCode
 from jobs.recipe.typed import StepScheduler
+from trainer import pipeline as pipeline_parallel
 from trainer.checkpoint import hf_export, manager
 from trainer.context_parallel import shard_batch
 from trainer.distributed import all_reduce_sum
@@ -99,6 +100,8 @@ def _sync_context(run: TrainingRun, last: bool):
 
 def train_step(run: TrainingRun, micro_batches: list[dict[str, Any]]) -> tuple[float, float, int]:
     """One optimizer step; returns (loss, grad_norm, tokens) summed over all ranks."""
+    if run.pipeline is not None:
+        return pipeline_parallel.train_step(run, micro_batches)
     tp = run.topology.tp_size
     micro_batches = [shard_batch(b, run.topology) for b in micro_batches]
     local_labels = sum(int((b["labels"] != -100).sum()) for b in micro_batches)
@@ -123,6 +126,8 @@ def train_step(run: TrainingRun, micro_batches: list[dict[str, Any]]) -> tuple[f
 
 @torch.no_grad()
 def validate(run: TrainingRun) -> tuple[float, int]:
+    if run.pipeline is not None:
+        return pipeline_parallel.validate(run)
     run.model.train(False)
     loss_sum, labels, tokens = 0.0, 0, 0
     for batch in run.val_loader:
