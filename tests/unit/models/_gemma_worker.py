@@ -1,8 +1,9 @@
 """Worker for test_gemma_tp: two gloo ranks shard tiny Gemma 2 / Gemma 3 models.
 
 `python _gemma_worker.py RANK WORLD PORT OUT CASE...` runs each case in turn:
-`tp:FAMILY:SP` applies the family's `tp_plan` (from its registry row, via `models.hooks`)
-with `parallelize_module`; `trainer_tp:FAMILY:SP` runs the trainer's `parallelize` with
+`tp:FAMILY:SP[:hf]` applies the family's `tp_plan` (from its registry row, via
+`models.hooks`) with `parallelize_module`, to the native class or (`hf`) the transformers
+class; `trainer_tp:FAMILY:SP` runs the trainer's `parallelize` with
 tp_size 2 (the family plan, then FSDP2); `fsdp:FAMILY` applies FSDP2 per decoder layer
 then the root. Each rank compares soft-capped logits, loss and every gradient with the
 unsharded model built from the same weights (left padding, a sequence longer than the
@@ -18,16 +19,18 @@ from gloo_cases import run_cases
 from layouts import layout
 
 
-def build_pair(family: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+def build_pair(family: str, backend: str = "native") -> tuple[torch.nn.Module, torch.nn.Module]:
     from models import AutoModelForCausalLM
 
+    force_hf = backend == "hf"
     torch.manual_seed(0)
-    reference = AutoModelForCausalLM.from_config(gemma_config(family), dtype="float32")
+    config = gemma_config(family)
+    reference = AutoModelForCausalLM.from_config(config, dtype="float32", force_hf=force_hf)
     randomize_norms(reference)
-    sharded = AutoModelForCausalLM.from_config(gemma_config(family), dtype="float32")
+    sharded = AutoModelForCausalLM.from_config(config, dtype="float32", force_hf=force_hf)
     sharded.load_state_dict(reference.state_dict())
-    assert sharded.tuneyard_backend == "native"
-    return reference, sharded
+    assert sharded.tuneyard_backend == backend
+    return reference.eval(), sharded.eval()
 
 
 def compare(reference: torch.nn.Module, sharded: torch.nn.Module, model: torch.nn.Module) -> None:
@@ -53,14 +56,14 @@ def compare(reference: torch.nn.Module, sharded: torch.nn.Module, model: torch.n
         torch.testing.assert_close(grad, ref_grads[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
-def check_tp(family: str, sequence_parallel: bool) -> None:
+def check_tp(family: str, sequence_parallel: bool, backend: str = "native") -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.parallel import parallelize_module
 
     from models.hooks import tp_plan
 
-    reference, sharded = build_pair(family)
+    reference, sharded = build_pair(family, backend)
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     parallelize_module(sharded, mesh, tp_plan(sharded, sequence_parallel=sequence_parallel))
     q_proj = sharded.model.layers[0].self_attn.q_proj.weight
@@ -97,7 +100,7 @@ def check_fsdp(family: str) -> None:
 def run_case(case: str) -> None:
     kind, family, *rest = case.split(":")
     if kind == "tp":
-        check_tp(family, rest[0] == "1")
+        check_tp(family, rest[0] == "1", *rest[1:])
     elif kind == "trainer_tp":
         check_trainer_tp(family, rest[0] == "1")
     else:
