@@ -31,6 +31,8 @@ class _LayerTypeRope:
         self.rope_parameters = dict(config.rope_parameters[layer_type])
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_config":  # copy/pickle probe before __init__
+            raise AttributeError(name)
         return getattr(self._config, name)
 
 

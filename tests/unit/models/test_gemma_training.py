@@ -158,3 +158,15 @@ def test_context_parallel_is_refused_by_the_attention(gemma):
     with pytest.raises(ValueError, match="context parallel"):
         model(input_ids=torch.randint(1, VOCAB, (1, 8)))
     assert not registry.get_entry(ARCHITECTURES[gemma]).capabilities.supports_cp
+
+
+def test_models_deep_copy_and_pickle(gemma):
+    """Gemma 3's per-layer-type RoPE config view survives copy and pickle (no recursion)."""
+    import copy
+    import pickle
+
+    model = AutoModelForCausalLM.from_config(gemma_config(gemma)).eval()
+    ids = torch.randint(1, VOCAB, (1, 12))
+    logits = model(input_ids=ids).logits
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert torch.equal(clone(input_ids=ids).logits, logits)
