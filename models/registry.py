@@ -56,9 +56,10 @@ class ArchEntry:
 
 
 _DENSE_TP = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
-# Dense families whose native attention runs context parallel (models.common.context_parallel).
+# Dense families whose native attention runs context parallel (models.common.context_parallel)
+# and whose stage split, schedules and consolidated saves are proven under PP.
 _DENSE_TP_CP = ModelCapabilities(
-    supports_tp=True, supports_sequence_parallel=True, supports_cp=True
+    supports_tp=True, supports_sequence_parallel=True, supports_cp=True, supports_pp=True
 )
 # Sparse MoE: FSDP2, LoRA and expert parallelism; sparse layers have no TP plan.
 _MOE_EP = ModelCapabilities(supports_tp=False, supports_ep=True)

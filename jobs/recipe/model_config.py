@@ -219,9 +219,9 @@ _CAPABILITY_FIELDS = (
 )
 
 
-# pp is refused for every architecture (jobs.recipe.trainer_support) until the trainer runs
-# it; these are the sizes whose support depends on the model.
-_MODEL_PARALLEL_FIELDS = tuple(f for f in _CAPABILITY_FIELDS if f[0] != "pp_size")
+# Every size here depends on the model (the registry row's capabilities); what the trainer
+# cannot combine with each is jobs.recipe.trainer_support's and pipeline_rules'.
+_MODEL_PARALLEL_FIELDS = _CAPABILITY_FIELDS
 
 # The rope types the native attention computes (models.common.rope.SUPPORTED_ROPE_TYPES,
 # which imports torch; a test keeps the two equal). Others load the Hugging Face class.

@@ -51,6 +51,7 @@ from jobs.recipe.model_config import (
 )
 from jobs.recipe.model_overrides import check_overrides, config_with_overrides
 from jobs.recipe.paths import PathCheck
+from jobs.recipe.pipeline_rules import pipeline_config_errors
 from jobs.recipe.schema import (
     FIXED_SECTIONS,
     REQUIRED_TARGET_SECTIONS,
@@ -322,5 +323,6 @@ def normalize_recipe(
     if setup is not None:
         errors += capability_errors(info.architecture, out["distributed"], out["peft"] is not None)
         errors += context_parallel_config_errors(info.config, out["distributed"])
+        errors += pipeline_config_errors(info.config, out["distributed"])
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)
     return out, setup, info, errors, warnings

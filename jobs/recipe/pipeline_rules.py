@@ -79,7 +79,7 @@ def _schedule_errors(config: dict[str, Any], step: dict[str, Any], pp: int) -> l
 def _conflicts(recipe: dict[str, Any], distributed: dict[str, Any]) -> list[tuple[str, str]]:
     model = recipe.get("model") or {}
     attn = model.get("attn_implementation")
-    hf_class = "loads the Hugging Face class, which the stage split does not know"
+    hf_class = "loads the Hugging Face class, which the pipeline stage split does not know"
     conflicts = [
         ("distributed.strategy", distributed.get("strategy") != "fsdp2",
          f"strategy {distributed.get('strategy')!r} {NOT_WIRED} (stages are sharded with fsdp2)"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.recipe.errors import FieldError
+from jobs.recipe.pipeline_rules import pipeline_errors
 
 BACKEND_OF = {"cuda": "nccl", "cpu": "gloo"}
 NOT_YET = "is not supported by tuneyard's trainer yet"
@@ -24,6 +25,7 @@ def check_trainer_support(recipe: dict[str, Any], accelerator: str) -> list[Fiel
     return [
         *_parallelism_errors(distributed, accelerator),
         *_context_parallel_errors(recipe, distributed),
+        *pipeline_errors(recipe),
         *_expert_parallel_errors(distributed),
         *_peft_errors(recipe.get("peft") is not None, distributed),
         *_checkpoint_errors(recipe.get("checkpoint") or {}),
@@ -38,13 +40,7 @@ def _size(distributed: dict[str, Any], key: str) -> int:
 
 
 def _parallelism_errors(distributed: dict[str, Any], accelerator: str) -> list[FieldError]:
-    errors = [
-        FieldError(
-            f"distributed.{key}", f"{what} ({key} > 1) {NOT_YET}", f"set distributed.{key}: 1"
-        )
-        for key, what in (("pp_size", "pipeline parallelism"),)
-        if _size(distributed, key) > 1
-    ]
+    errors: list[FieldError] = []
     strategy = distributed.get("strategy")
     if strategy == "megatron_fsdp":
         errors.append(_megatron_fsdp_error(accelerator))

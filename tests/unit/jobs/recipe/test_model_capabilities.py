@@ -24,13 +24,6 @@ def test_llama_supports_tensor_parallelism(validate, recipe):
     assert result.valid and result.plan["architecture"] == "LlamaForCausalLM"
 
 
-@pytest.mark.parametrize(("field", "what"), [("pp_size", "pipeline")])
-def test_pipeline_parallelism_is_refused_for_every_model(validate, recipe, field, what):
-    recipe["distributed"][field] = 2
-    err = error_at(validate(recipe, nproc_per_node=2), f"distributed.{field}")
-    assert what in err.msg and "not supported" in err.msg and f"{field}: 1" in err.fix
-
-
 def test_expert_parallelism_is_refused_for_dense_llama(validate, recipe):
     recipe["distributed"]["ep_size"] = 2
     error_at(validate(recipe, nproc_per_node=2), "distributed.ep_size")

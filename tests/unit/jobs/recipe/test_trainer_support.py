@@ -26,6 +26,7 @@ SUBMIT_TIME = {
     ("trainer/parallelize.py", "apply_tensor_parallel"): "jobs.recipe.model_config:capability_errors",
     ("trainer/parallelize.py", "apply_expert_parallel"): "jobs.recipe.model_config:capability_errors",
     ("trainer/parallelize.py", "parallelize"): "jobs.recipe.trainer_support:check_trainer_support",
+    ("trainer/pipeline.py", "build_pipeline"): "jobs.recipe.pipeline_rules:pipeline_errors",
 }  # fmt: skip
 
 
@@ -77,7 +78,7 @@ CASES = [
     ({"distributed": {"strategy": "ddp", "tp_size": 2}}, 2, "distributed.tp_size"),
     ({"distributed": {"strategy": "ddp", "ep_size": 2}}, 2, "distributed.ep_size"),
     ({"distributed": {"strategy": "fsdp2", "ep_size": 2, "tp_size": 2}}, 4, "distributed.ep_size"),
-    ({"distributed": {"strategy": "fsdp2", "pp_size": 2}}, 2, "distributed.pp_size"),
+    ({"distributed": {"strategy": "fsdp2", "pp_size": 2}, "peft": {"dim": 4}}, 2, "peft"),
     ({"distributed": {"strategy": "fsdp2", "cp_size": 2, "tp_size": 2}}, 4, "distributed.tp_size"),
     ({"distributed": {"strategy": "fsdp2", "cp_size": 2}, "peft": {"dim": 4}}, 2, "peft"),
     ({"distributed": {"strategy": "megatron_fsdp"}}, 1, "distributed.strategy"),
