@@ -59,6 +59,18 @@ FAMILIES["phi3"] = ("Phi3Config", dict(
 ))  # fmt: skip
 
 
+# ~135M parameters: 8 layers of 512 (sliding 128 / full alternating), 8 biased experts of
+# width 1024, top-2 routing, attention sinks, YaRN (factor 32 over 128 positions).
+FAMILIES["gpt_oss"] = ("GptOssConfig", dict(
+    _VOCAB, hidden_size=512, intermediate_size=1024, num_hidden_layers=8,
+    num_attention_heads=8, num_key_value_heads=4, head_dim=64, num_local_experts=8,
+    num_experts_per_tok=2, sliding_window=128,
+    rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                     "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                     "original_max_position_embeddings": 128},
+))  # fmt: skip
+
+
 def _rss_fields() -> dict[str, int]:
     """VmRSS and VmHWM (peak) of this process, in bytes."""
     fields = {}
