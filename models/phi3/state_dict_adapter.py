@@ -61,14 +61,19 @@ def _check_fused_shape(key: str, fused: str, shape: tuple[int, ...], config: Any
         )
 
 
+def hf_key_of(fqn: str) -> str:
+    """The HF key a native name converts to (a split part: its fused tensor's key)."""
+    match = _NATIVE_KEY.match(fqn)
+    return f"{match['prefix']}{_FUSED_OF[match['part']]}.weight" if match else fqn
+
+
 def _native_groups(state: Mapping[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
     """HF fused key -> {part: native tensor} for every split projection in `state`."""
     groups: dict[str, dict[str, torch.Tensor]] = {}
     for fqn, tensor in state.items():
         match = _NATIVE_KEY.match(fqn)
         if match:
-            fused = _FUSED_OF[match["part"]]
-            groups.setdefault(f"{match['prefix']}{fused}.weight", {})[match["part"]] = tensor
+            groups.setdefault(hf_key_of(fqn), {})[match["part"]] = tensor
     return groups
 
 
@@ -113,12 +118,7 @@ class Phi3StateDictAdapter:
     @staticmethod
     def hf_names(state: Mapping[str, Any]) -> list[str]:
         """The HF keys `state` converts to, each once, at its first part's position."""
-        names: dict[str, None] = {}
-        for fqn in state:
-            match = _NATIVE_KEY.match(fqn)
-            fused = _FUSED_OF[match["part"]] if match else None
-            names[f"{match['prefix']}{fused}.weight" if match else fqn] = None
-        return list(names)
+        return list(dict.fromkeys(hf_key_of(fqn) for fqn in state))
 
     @staticmethod
     def fuse(key: str, parts: Mapping[str, torch.Tensor], config: Any) -> torch.Tensor:
@@ -188,10 +188,16 @@ class Phi3StateDictAdapter:
         then fuses it); each group sits at its first part's position."""
         groups: dict[str, list[str]] = {}
         for fqn in names:
-            match = _NATIVE_KEY.match(fqn)
-            key = f"{match['prefix']}{_FUSED_OF[match['part']]}.weight" if match else fqn
-            groups.setdefault(key, []).append(fqn)
+            groups.setdefault(hf_key_of(fqn), []).append(fqn)
         return [tuple(group) for group in groups.values()]
+
+    @staticmethod
+    def hf_targets(params: Mapping[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
+        """Refused: a fused key has no single destination tensor (see `read_plan`)."""
+        raise FusedMappingError(
+            "Phi-3's fused qkv_proj/gate_up_proj feed several parameters each; load with "
+            "Phi3ForCausalLM.load_hf_weights (read_plan), not per-key targets"
+        )
 
     @classmethod
     def convert_single_tensor_to_hf(cls, fqn: str, tensor: torch.Tensor) -> list[tuple[str, Any]]:

@@ -141,3 +141,9 @@ def test_shard_only_load_is_declined_and_the_full_load_is_used(hf_model, tmp_pat
     assert not shard_load.supports_shard_only_load(cls)
     hf_model.save_pretrained(tmp_path)
     assert shard_load.build_meta_native(tmp_path) is None
+
+
+def test_per_key_load_targets_are_refused_with_the_reason(hf_model):
+    model = AutoModelForCausalLM.from_config(hf_model.config)
+    with pytest.raises(FusedMappingError, match="feed several parameters"):
+        model.hf_load_targets()
