@@ -97,7 +97,8 @@ class ContextParallel:
         q, k, v: (batch, heads, local_seq, head_dim), the local slice of two chunks each;
         k and v may have fewer heads (grouped-query attention). Returns q's shape.
         """
-        k_all, v_all = self.gather(k), self.gather(v)
+        # one collective for both (and one reduce-scatter for dK and dV in backward)
+        k_all, v_all = self.gather(torch.cat([k, v], dim=1)).split(k.shape[1], dim=1)
         groups = q.shape[1] // k.shape[1]
         if groups > 1:  # masked attention with grouped heads falls back to math kernels
             k_all, v_all = _repeat_heads(k_all, groups), _repeat_heads(v_all, groups)
