@@ -11,9 +11,9 @@ takes the shard-only path instead: built on `meta`, sharded, then filled one che
 tensor at a time with each rank keeping its shard (`models.common.shard_load`;
 `TUNEYARD_FULL_MODEL_LOAD=1` forces the old path). Under pipeline parallelism the whole
 model is built and restored, then split into this rank's stages, each sharded on its own
-(`trainer.pipeline`). fp8/QAT and context parallelism never
-reach here: validation refuses them. Then
-the data loaders, optimizer, LR scheduler and loss, and the optimizer, scheduler, data
+(`trainer.pipeline`). Context parallelism is part of sharding (`trainer.parallelize`
+sets the native attention layers to attend over the `cp` axis). fp8/QAT never reach here:
+validation refuses them. Then the data loaders, optimizer, LR scheduler and loss, and the optimizer, scheduler, data
 position and RNG of the checkpoint being resumed.
 """
 
