@@ -215,19 +215,31 @@ class DecoderModel(nn.Module):
             raise ValueError("give exactly one of input_ids or inputs_embeds")
         hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         batch, seq = hidden.shape[:2]
-        masks = {  # one mask per distinct sliding window (None: full causal)
-            window: build_attention_mask(
-                attention_mask, position_ids, batch, seq, hidden.device, sliding_window=window
-            )
-            for window in {getattr(layer, "sliding_window", None) for layer in self.layers}
-        }
+        masks = layer_attention_masks(self.layers, attention_mask, position_ids, hidden)
         if position_ids is None:
             position_ids = torch.arange(seq, device=hidden.device).unsqueeze(0).expand(batch, -1)
         position_embeddings = self.rotary_emb(hidden, position_ids)
-        for layer in self.layers:
-            mask = masks[getattr(layer, "sliding_window", None)]
+        for layer, mask in zip(self.layers, masks, strict=True):
             hidden = layer(hidden, position_embeddings=position_embeddings, attention_mask=mask)
         return self.norm(hidden)
+
+
+def layer_attention_masks(
+    layers: Any,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    hidden: torch.Tensor,
+) -> list[torch.Tensor | None]:
+    """Each layer's attention mask (by its `sliding_window`), built once per distinct window."""
+    batch, seq = hidden.shape[:2]
+    windows = [getattr(layer, "sliding_window", None) for layer in layers]
+    built = {
+        window: build_attention_mask(
+            attention_mask, position_ids, batch, seq, hidden.device, sliding_window=window
+        )
+        for window in dict.fromkeys(windows)
+    }
+    return [built[window] for window in windows]
 
 
 def layer_sliding_window(config: Any, layer_idx: int) -> int | None:
@@ -254,7 +266,8 @@ def build_attention_mask(
     device: torch.device,
     sliding_window: int | None = None,
 ) -> torch.Tensor | None:
-    """A boolean (batch, 1, q, k) mask, or None when plain causal attention is exact.
+    """A boolean (batch, 1, q, k) mask ((1, 1, q, k) for a window alone), or None when plain
+    causal attention is exact.
 
     Padding comes from `attention_mask` (1 = token, 0 = pad). Packed rows are detected from
     caller-given `position_ids` restarting at 0: each packed sample attends only to itself.
@@ -275,6 +288,8 @@ def build_attention_mask(
     causal = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
     if windowed:
         causal = causal.triu(diagonal=1 - sliding_window)
+        if not packed and not has_padding:
+            return causal[None, None]  # broadcast over the batch; every row keeps its diagonal
     mask = causal[None, None].expand(batch, 1, seq, seq)
     if packed:
         document = (position_ids == 0).cumsum(dim=1)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from models.common.layers import DecoderModel, build_attention_mask
+from models.common.layers import DecoderModel, layer_attention_masks
 
 
 class StageLayers(nn.ModuleList):
@@ -114,11 +114,11 @@ class StageModule(nn.Module):
     ) -> torch.Tensor:
         hidden = self.embed_tokens(inputs) if self.embed_tokens is not None else inputs
         batch, seq = hidden.shape[:2]
-        mask = build_attention_mask(attention_mask, position_ids, batch, seq, hidden.device)
+        masks = layer_attention_masks(self.layers, attention_mask, position_ids, hidden)
         if position_ids is None:
             position_ids = torch.arange(seq, device=hidden.device).unsqueeze(0).expand(batch, -1)
         position_embeddings = self.rotary_emb(hidden, position_ids)
-        for layer in self.layers:
+        for layer, mask in zip(self.layers, masks, strict=True):
             hidden = layer(hidden, position_embeddings=position_embeddings, attention_mask=mask)
         if self.norm is not None:
             hidden = self.norm(hidden)

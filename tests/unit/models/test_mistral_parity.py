@@ -45,7 +45,7 @@ def test_window_mask_semantics_and_fast_path():
     assert build_attention_mask(None, None, 2, 6, cpu, sliding_window=6) is None
     assert build_attention_mask(None, None, 2, 5, cpu, sliding_window=None) is None
     mask = build_attention_mask(None, None, 2, 9, cpu, sliding_window=4)
-    assert mask.shape == (2, 1, 9, 9)
+    assert mask.shape == (1, 1, 9, 9)  # a window alone broadcasts over the batch
     assert torch.equal(mask[0, 0], _brute_force_window(9, 4))
     assert int(mask[0, 0].sum(-1).max()) == 4  # each query sees exactly w keys once past w
 
