@@ -63,10 +63,8 @@ _DENSE_TP_CP = ModelCapabilities(
 )
 # Sparse MoE: FSDP2, LoRA and expert parallelism; sparse layers have no TP plan.
 _MOE_EP = ModelCapabilities(supports_tp=False, supports_ep=True)
-# DeepSeek-V3: latent-attention TP (+ sequence parallel) and expert parallelism.
-_DEEPSEEK_V3 = ModelCapabilities(
-    supports_tp=True, supports_sequence_parallel=True, supports_ep=True, supports_lora=False
-)
+# DeepSeek-V3: latent-attention TP (+ sequence parallel), expert parallelism, LoRA.
+_DEEPSEEK_V3 = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True, supports_ep=True)
 
 # Phi-3: dense TP; LoRA adapters would name the split q/k/v that HF's fused Phi-3 lacks.
 _PHI3 = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True, supports_lora=False)
@@ -103,8 +101,9 @@ for _entry in (
               notes="DeepSeek-V3 and Moonlight: latent attention, sigmoid group-limited router "
                     "(fp32, correction bias frozen), shared experts; expert parallelism over "
                     "all data-parallel ranks; tensor parallelism splits attention heads and "
-                    "shared experts (routed experts replicated); FP8-quantized checkpoints "
-                    "load with the HF class",
+                    "shared experts (routed experts replicated); LoRA (peft adapts the "
+                    "attention, router weight and routed down_proj; the correction bias stays "
+                    "frozen); FP8-quantized checkpoints load with the HF class",
               config_model_types=("deepseek_v3",),
               parallel_plan="models.deepseek_v3.parallelize:DEEPSEEK_V3_PLAN",
               state_dict_adapter="models.deepseek_v3.state_dict_adapter:DeepseekV3StateDictAdapter"),

@@ -49,7 +49,7 @@ class DeepseekV3ForCausalLM(NativeCausalLM):
     _keep_in_fp32_modules_strict = ["mlp.gate"]
     state_dict_adapter = DeepseekV3StateDictAdapter
     capabilities = ModelCapabilities(
-        supports_tp=True, supports_sequence_parallel=True, supports_ep=True, supports_lora=False
+        supports_tp=True, supports_sequence_parallel=True, supports_ep=True
     )
 
     def __init__(self, config: Any) -> None:
