@@ -49,6 +49,7 @@ class WorkerState:
         self.gpu_ids = probe_gpu_ids()
         self.packages = worker_packages()  # optional packages its trainer can import
         self._running: set[str] = set()
+        self._dropped: dict[str, int] = {}  # stale or malformed messages, by reason
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -56,6 +57,7 @@ class WorkerState:
     def resources(self) -> dict[str, Any]:
         with self._lock:
             running = sorted(self._running)
+            dropped = dict(self._dropped)
         return {
             "host": self.config.host_address(),
             "gpus": list(self.gpu_ids),
@@ -64,7 +66,14 @@ class WorkerState:
             "running": running,
             "packages": list(self.packages),
             "pid": os.getpid(),
+            "dropped_messages": dropped,
         }
+
+    def count_dropped(self, reason: str) -> int:
+        """Count one dropped message; returns the count for `reason` so far."""
+        with self._lock:
+            self._dropped[reason] = self._dropped.get(reason, 0) + 1
+            return self._dropped[reason]
 
     @contextlib.contextmanager
     def running(self, job_id: str) -> Iterator[None]:

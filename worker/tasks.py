@@ -4,18 +4,35 @@ The message is only a hint. A job that is not `queued` is left alone (a duplicat
 redelivered message), unless it is a multi-node job still gathering its gang, which the
 receiving worker then joins. The task runs the whole attempt in the pool thread that
 received it; the broker message was acknowledged before it started.
+
+A message that cannot name a runnable job (not a job id, a job this database does not have
+after a restore or on a shared broker, a job already finished) is dropped in one indexed
+lookup: one warning line, a count per reason in the worker's heartbeat (`dropped_messages`)
+and no traceback. The check runs in the consumer, before the message takes a pool slot
+(`drop_stale_strategy`): a message handed to a busy pool pauses the Redis consumer for up
+to a second, so a backlog of stale messages would otherwise hold real jobs back for
+minutes. The task checks again, for a message that raced a deletion.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection
 
 from jobs.orchestration.claims import claim_job, join_gang
 from jobs.orchestration.policy import Outcome, Verdict
-from jobs.store.engine import session_scope
+from jobs.store.engine import get_engine, session_scope
 from jobs.store.leases import Claim, renew_lease, take_gang_slot
+from jobs.store.log_context import log_context
+from jobs.store.queries import JobNotFound, is_job_id, job_status, status_connection
 from jobs.store.settings import get_settings
+from jobs.store.status import is_terminal
 from worker.celery_app import app
 from worker.config import WorkerConfig, get_worker_config
 from worker.gang import free_port, wait_for_gang
@@ -27,10 +44,103 @@ from worker.supervisor import AttemptSupervisor
 log = logging.getLogger("tuneyard.worker")
 
 
-@app.task(name="tuneyard.run_job", ignore_result=True, acks_late=False)
-def run_job(job_id: str) -> str:
-    """Run `job_id` if this worker can claim it (or a slot of its gang); returns what happened."""
-    return execute_job(str(job_id), get_worker_config())
+def drop_stale_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Callable[..., Any]:
+    """Celery's default strategy for `run_job`, with stale messages acknowledged and dropped
+    in the consumer; anything the check cannot decide goes the normal way."""
+    from celery.worker.strategy import default
+
+    handle = default(task, app, consumer, **kwargs)
+    probe = StatusProbe()  # the strategy runs in the consumer thread only
+
+    def on_message(message: Any, body: Any = None, *args: Any, **extra: Any) -> Any:
+        try:
+            job_id = _job_id_in(message)
+            reason = stale_reason(job_id, probe)
+        except Exception:  # undecodable, or the database is down: the task decides
+            reason = None
+        if reason is None:
+            return handle(message, body, *args, **extra)
+        message.ack()
+        drop_message(job_id, reason)
+        return None
+
+    return on_message
+
+
+def _job_id_in(message: Any) -> object:
+    """The one positional argument of a protocol-2 message; None when it has another shape."""
+    decoded = message.decode()
+    args = decoded[0] if isinstance(decoded, list | tuple) and decoded else None
+    return args[0] if isinstance(args, list) and len(args) == 1 else None
+
+
+@app.task(name="tuneyard.run_job", ignore_result=True, acks_late=False,
+          Strategy="worker.tasks:drop_stale_strategy")  # fmt: skip
+def run_job(job_id: object = None, *_: object, **__: object) -> str:
+    """Run `job_id` if this worker can claim it (or a slot of its gang); returns what happened.
+
+    Takes any arguments so that a malformed message reaches `stale_reason` and is dropped
+    like any other stale one, instead of failing in Celery's argument check.
+    """
+    reason = stale_reason(job_id)
+    if reason is not None:
+        return drop_message(job_id, reason)
+    with log_context(job_id=str(job_id), worker=worker_state().name):
+        try:
+            return execute_job(str(job_id), get_worker_config())
+        except JobNotFound:  # deleted between the look-up and the claim
+            return drop_message(job_id, "unknown_job")
+
+
+def stale_reason(job_id: object, probe: StatusProbe | None = None) -> str | None:
+    """Why a message cannot start a job (`malformed`, `unknown_job`, `finished`), or None."""
+    if not isinstance(job_id, str) or not is_job_id(job_id):
+        return "malformed"
+    status = probe.status(job_id) if probe else job_status(get_engine(), job_id)
+    if status is None:
+        return "unknown_job"
+    return "finished" if is_terminal(status) else None
+
+
+class StatusProbe:
+    """Job status look-ups for the consumer thread: one held autocommit connection on
+    PostgreSQL (no pool checkout or ping per message) and a memory of finished jobs, whose
+    status is final."""
+
+    def __init__(self, remembered: int = 4096) -> None:
+        self._conn: Connection | None = None
+        self._finished: OrderedDict[str, str] = OrderedDict()
+        self._remembered = remembered
+
+    def status(self, job_id: str) -> str | None:
+        if job_id in self._finished:
+            return self._finished[job_id]
+        try:
+            if self._conn is None:
+                self._conn = status_connection(get_engine())
+            status = job_status(self._conn or get_engine(), job_id)
+        except Exception:
+            self.close()  # reconnect on the next message; this one goes the normal way
+            raise
+        if status is not None and is_terminal(status):
+            self._finished[job_id] = status
+            while len(self._finished) > self._remembered:
+                self._finished.popitem(last=False)
+        return status
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+
+def drop_message(job_id: object, reason: str) -> str:
+    """Acknowledge-and-forget: one warning line and a count, never a traceback."""
+    count = worker_state().count_dropped(reason)
+    log.warning("dropped a message for job %s: %s (%d dropped for this reason so far)",
+                str(job_id)[:80], reason, count)  # fmt: skip
+    return "dropped"
 
 
 def execute_job(job_id: str, config: WorkerConfig) -> str:
@@ -40,7 +150,8 @@ def execute_job(job_id: str, config: WorkerConfig) -> str:
         log.info("job %s: nothing to do (already claimed, finished or gang full)", job_id)
         return "skipped"
     with worker_state().running(job_id):
-        if claim.nnodes > 1 and not _gather_gang(claim, worker, config):
+        gang = claim.nnodes > 1 and config.executor == "local"  # SLURM allocates nodes itself
+        if gang and not _gather_gang(claim, worker, config):
             return "gang_incomplete"
         outcome = AttemptSupervisor(claim, worker, config, launch_spec(claim, config)).run()
     return outcome.verdict if outcome else "lost"
@@ -51,7 +162,7 @@ def _claim_or_join(job_id: str, worker: str, config: WorkerConfig) -> Claim | No
     with session_scope() as session:
         claim = claim_job(session, job_id, worker, config.lease_seconds, run_dir,
                           packages=worker_state().packages)  # fmt: skip
-        if claim is not None and claim.nnodes > 1:
+        if claim is not None and claim.nnodes > 1 and config.executor == "local":
             endpoint = f"{config.host_address()}:{free_port(config.host_address())}"
             claim = take_gang_slot(session, job_id, worker, endpoint=endpoint)
             if claim is None:

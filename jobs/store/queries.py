@@ -17,7 +17,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Float, Select, and_, cast, func, or_, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Float,
+    Select,
+    and_,
+    bindparam,
+    cast,
+    func,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -139,9 +152,25 @@ def get_job(session: Session, project_id: int, job_id: str) -> Job | None:
     return job if job is not None and job.project_id == project_id else None
 
 
-def job_status(session: Session, job_id: str) -> str | None:
-    """The job's status by primary key (one index probe), None when no such job."""
-    return session.scalar(select(Job.status).where(Job.id == job_id))
+_STATUS_BY_ID = select(Job.status).where(Job.id == bindparam("job_id"))
+
+
+def job_status(bind: Engine | Connection, job_id: str) -> str | None:
+    """The job's status by primary key, None when no such job: one index probe, no ORM
+    session (the worker asks this for every message). Given a connection (autocommit, see
+    `status_connection`), it uses that one; given an engine, a short connection of its own."""
+    if isinstance(bind, Connection):
+        return bind.execute(_STATUS_BY_ID, {"job_id": job_id}).scalar()
+    with bind.connect() as conn:  # ends in a rollback: SQLite's BEGIN IMMEDIATE is released
+        return conn.execute(_STATUS_BY_ID, {"job_id": job_id}).scalar()
+
+
+def status_connection(engine: Engine) -> Connection | None:
+    """A connection to hold for many `job_status` probes: autocommit on PostgreSQL; None on
+    SQLite, where every transaction takes the write lock and must stay short."""
+    if engine.dialect.name == "sqlite":
+        return None
+    return engine.execution_options(isolation_level="AUTOCOMMIT").connect()
 
 
 def owns_job(session: Session, project_id: int, job_id: str) -> bool:
