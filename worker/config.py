@@ -9,12 +9,16 @@ from __future__ import annotations
 import os
 import socket
 from functools import lru_cache
+from typing import Literal
 
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class WorkerConfig(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TUNEYARD_WORKER_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="TUNEYARD_WORKER_", extra="ignore", populate_by_name=True
+    )
 
     name: str = ""
     queues: str = "cpu"
@@ -30,6 +34,20 @@ class WorkerConfig(BaseSettings):
     rendezvous_host: str = ""  # address other nodes reach this one at; default hostname
     cpu_ranks: int = 0  # CPU ranks this worker offers; 0 = os.cpu_count()
     trainer_module: str = "trainer"  # what torchrun runs with -m (tests may swap it)
+    # Where attempts run: `local` (torchrun as a child) or `slurm` (sbatch from a submit
+    # node). Read from TUNEYARD_EXECUTOR, or TUNEYARD_WORKER_EXECUTOR.
+    executor: Literal["local", "slurm"] = Field(
+        "local", validation_alias=AliasChoices("TUNEYARD_EXECUTOR", "TUNEYARD_WORKER_EXECUTOR")
+    )
+    slurm_partition: str = ""  # empty: the cluster's default partition
+    slurm_account: str = ""
+    slurm_qos: str = ""
+    slurm_time_limit: str = ""  # SLURM's format (minutes, HH:MM:SS, D-HH); empty: the partition's
+    slurm_mem: str = ""  # --mem per node (e.g. 200G); empty: the cluster default
+    slurm_cpus_per_gpu: int = 8  # CPUs per GPU rank for CUDA jobs (CPU jobs: one per rank)
+    slurm_signal_seconds: int = 120  # SIGTERM this long before the time limit
+    slurm_poll_seconds: float = 1.0  # how often `scontrol show job` is asked
+    slurm_extra_args: str = ""  # more #SBATCH options, shell-quoted (e.g. "--constraint=h100")
 
     def worker_name(self) -> str:
         return self.name or f"{socket.gethostname()}-{os.getpid()}"

@@ -33,9 +33,10 @@ from jobs.store.engine import session_scope
 from jobs.store.ingest import append_logs, record_trainer_events, upsert_checkpoints, upsert_metrics
 from jobs.store.leases import Claim, holds_lease, job_attempt_status, renew_lease
 from jobs.store.status import ACTIVE, JobStatus
-from worker import proctree
+from worker import executor
 from worker.config import WorkerConfig
-from worker.launcher import LaunchSpec, build_command, start_attempt, write_recipe
+from worker.executor import AttemptHandle
+from worker.launcher import LaunchSpec, write_recipe
 from worker.logpump import LogPump
 from worker.settle import report_outcome
 from worker.tailer import OffsetStore, read_new_lines
@@ -52,6 +53,7 @@ class StopRequest:
     kind: str  # "cancel" | "pause" | "lease_lost"
     sigkill_at: float
     sigterm_sent: bool = False
+    sigkill_sent: bool = False
 
 
 @dataclass
@@ -79,19 +81,17 @@ class AttemptSupervisor:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.is_leader:
             write_recipe(self.run_dir, self.claim.recipe)
-        proctree.stop_older_attempts(self.claim.job_id, self.claim.attempt)
+        executor.stop_older_attempts(self.spec, self.config)
         events_path = self.run_dir / "events.jsonl"
         self.state.events_launch_offset = events_path.stat().st_size if events_path.exists() else 0
         try:
-            proc = start_attempt(self.spec, cwd=self.run_dir)
+            handle = executor.start(self.spec, self.run_dir, self.config)
         except OSError as exc:
-            outcome = launch_failure(f"cannot start torchrun: {exc}")
+            outcome = launch_failure(f"cannot start the attempt ({self.config.executor}): {exc}")
             return self._settle(outcome, None) if self.is_leader else outcome
-        self.pump.follow("stdout", proc.stdout)
-        self.pump.follow("stderr", proc.stderr)
-        if self.is_leader:
-            self._retry_db(self._mark_running)
-        returncode = self._supervise(proc)
+        self.pump.follow("stdout", handle.stdout)
+        self.pump.follow("stderr", handle.stderr)
+        returncode = self._supervise(handle)
         self.pump.wait_closed()
         self._drain()
         if self.state.lease_lost:
@@ -101,31 +101,33 @@ class AttemptSupervisor:
                 self.claim.attempt,
             )
             return None
-        outcome = classify_exit(returncode, self.state.last_outcome_event)
+        outcome = handle.outcome() or classify_exit(returncode, self.state.last_outcome_event)
         return self._settle(outcome, returncode) if self.is_leader else outcome
 
-    def _supervise(self, proc: Any) -> int:
-        next_poll = 0.0
-        while proc.poll() is None:
+    def _supervise(self, handle: AttemptHandle) -> int:
+        next_poll, marked = 0.0, not self.is_leader
+        while (returncode := handle.poll()) is None:
             now = time.monotonic()
+            if not marked and handle.started():  # a SLURM job may wait in its queue first
+                self._retry_db(lambda: self._mark_running(handle))
+                marked = True
             self._safe_ingest()
             if now >= next_poll:
                 self._poll_status()
                 next_poll = now + self.config.poll_seconds
-            self._advance_stop()
+            self._advance_stop(handle)
             time.sleep(self.config.ingest_seconds)
-        # ranks of a killed torchrun may outlive it: nothing of this attempt may remain
-        proctree.stop_job_processes(
-            self.claim.job_id, self.claim.attempt, 2.0, self.claim.node_rank
-        )
-        return proc.returncode
+        handle.cleanup()
+        if not marked:  # it ended before the first look: it still ran
+            self._retry_db(lambda: self._mark_running(handle))
+        return returncode
 
-    def _mark_running(self) -> None:
+    def _mark_running(self, handle: AttemptHandle) -> None:
         with session_scope() as session:
             try:
                 transition(session, self.claim.job_id, JobStatus.RUNNING, attempt=self.claim.attempt,
-                           reason=f"torchrun started on worker {self.worker}",
-                           data={"command": " ".join(build_command(self.spec))})  # fmt: skip
+                           reason=f"{self.config.executor} attempt started on worker {self.worker}",
+                           data=handle.describe())  # fmt: skip
             except TransitionRefused as exc:  # cancelled while starting: the poll sees it
                 log.info("job %s not moved to running: %s", self.claim.job_id, exc)
 
@@ -159,16 +161,16 @@ class AttemptSupervisor:
             )
             self.state.stop = StopRequest(kind, time.monotonic() + grace)
 
-    def _advance_stop(self) -> None:
+    def _advance_stop(self, handle: AttemptHandle) -> None:
         stop = self.state.stop
         if stop is None:
             return
-        pids = proctree.tagged_pids(self.claim.job_id, self.claim.attempt, self.claim.node_rank)
         if not stop.sigterm_sent:
-            proctree.signal_pids(pids, signal.SIGTERM)
+            handle.signal_stop(signal.SIGTERM)
             stop.sigterm_sent = True
-        elif time.monotonic() >= stop.sigkill_at:
-            proctree.signal_pids(pids, signal.SIGKILL)
+        elif time.monotonic() >= stop.sigkill_at and not stop.sigkill_sent:
+            handle.signal_stop(signal.SIGKILL)
+            stop.sigkill_sent = True
 
     # ---- ingestion --------------------------------------------------------------------
     def _safe_ingest(self) -> None:

@@ -23,7 +23,7 @@ import redis
 from pg_databases import create_pg_database, drop_pg_database
 
 REPO = Path(__file__).resolve().parents[3]
-REDIS_URL = "redis://127.0.0.1:6379/2"
+REDIS_URL = os.environ.get("TUNEYARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/2")
 FAKE_TRAINER = "tests.integration.worker.fake_trainer"
 FAST_TIMINGS = {
     "TUNEYARD_WORKER_LEASE_SECONDS": "4",
