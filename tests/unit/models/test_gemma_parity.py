@@ -206,3 +206,15 @@ def test_gemma3_legacy_rope_local_base_freq_is_honoured():
         torch.testing.assert_close(
             ours[layer_type][1], hf.model.rotary_emb(x, positions, layer_type)[1], atol=1e-6, rtol=0
         )
+
+
+def test_packed_rows_do_not_attend_across_samples(gemma):
+    """Packed samples (position ids restarting at 0) are isolated, windows included."""
+    _, native = _pair(gemma)
+    ids = torch.randint(1, VOCAB, (1, 26))
+    positions = torch.cat([torch.arange(12), torch.arange(14)]).unsqueeze(0)
+    packed = native(input_ids=ids, position_ids=positions).logits
+    separate = torch.cat(
+        [native(input_ids=ids[:, :12]).logits, native(input_ids=ids[:, 12:]).logits], dim=1
+    )
+    torch.testing.assert_close(packed, separate, atol=ATOL, rtol=0)
