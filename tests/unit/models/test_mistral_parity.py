@@ -179,3 +179,22 @@ def test_training_lowers_the_loss():
     model = AutoModelForCausalLM.from_config(mistral_config()).train()
     losses = train_losses(model, _ids(4, 24))
     assert losses[-1] < losses[0] - 0.5, losses
+
+
+def test_pipeline_stages_keep_each_layers_window():
+    from models.common.pipeline_split import split_model, stage_layer_ranges
+
+    def build():
+        torch.manual_seed(0)
+        config = transformers.Qwen2Config(
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True,
+            sliding_window=5, max_window_layers=2, max_position_embeddings=128,
+        )  # fmt: skip
+        return AutoModelForCausalLM.from_config(config).eval()
+
+    ids = _ids(2, 14)
+    want = build()(input_ids=ids).logits
+    _, stages = split_model(build(), [0, 1], stage_layer_ranges(4, 2))
+    assert [layer.sliding_window for layer in stages[1].layers] == [5, 5]
+    torch.testing.assert_close(stages[1](stages[0](ids)), want, rtol=0, atol=0)
