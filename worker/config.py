@@ -33,6 +33,7 @@ class WorkerConfig(BaseSettings):
     reconcile_seconds: float = 5.0
     rendezvous_host: str = ""  # address other nodes reach this one at; default hostname
     cpu_ranks: int = 0  # CPU ranks this worker offers; 0 = os.cpu_count()
+    gpu_wait_seconds: float = 30.0  # a CUDA job waits this long for its GPU slice, then re-queues
     trainer_module: str = "trainer"  # what torchrun runs with -m (tests may swap it)
     # Where attempts run: `local` (torchrun as a child) or `slurm` (sbatch from a submit
     # node). Read from TUNEYARD_EXECUTOR, or TUNEYARD_WORKER_EXECUTOR.

@@ -24,6 +24,7 @@ from jobs.store.engine import session_scope
 from jobs.store.leases import record_heartbeat
 from worker import health
 from worker.config import WorkerConfig, get_worker_config
+from worker.gpu_slices import GpuSlices
 
 log = logging.getLogger("tuneyard.worker")
 
@@ -47,6 +48,7 @@ class WorkerState:
         self.config = config
         self.name = config.worker_name()
         self.gpu_ids = probe_gpu_ids()
+        self.slices = GpuSlices(self.gpu_ids)  # each running CUDA job's share of gpu_ids
         self.packages = worker_packages()  # optional packages its trainer can import
         self._running: set[str] = set()
         self._dropped: dict[str, int] = {}  # stale or malformed messages, by reason
@@ -61,6 +63,7 @@ class WorkerState:
         return {
             "host": self.config.host_address(),
             "gpus": list(self.gpu_ids),
+            "gpu_slices": self.slices.held(),
             "cpu_ranks": self.config.cpu_ranks or os.cpu_count() or 1,
             "queues": self.config.queue_list(),
             "running": running,

@@ -33,6 +33,7 @@ from jobs.store.log_context import log_context
 from jobs.store.queries import JobNotFound, is_job_id, job_status, status_connection
 from jobs.store.settings import get_settings
 from jobs.store.status import is_terminal
+from jobs.store.tables import Job
 from worker.celery_app import app
 from worker.config import WorkerConfig, get_worker_config
 from worker.gang import free_port, wait_for_gang
@@ -144,17 +145,41 @@ def drop_message(job_id: object, reason: str) -> str:
 
 
 def execute_job(job_id: str, config: WorkerConfig) -> str:
-    worker = worker_state().name
-    claim = _claim_or_join(job_id, worker, config)
-    if claim is None:
-        log.info("job %s: nothing to do (already claimed, finished or gang full)", job_id)
-        return "skipped"
-    with worker_state().running(job_id):
-        gang = claim.nnodes > 1 and config.executor == "local"  # SLURM allocates nodes itself
-        if gang and not _gather_gang(claim, worker, config):
-            return "gang_incomplete"
-        outcome = AttemptSupervisor(claim, worker, config, launch_spec(claim, config)).run()
+    worker, slices = worker_state().name, worker_state().slices
+    gpus = _gpu_slice(job_id, config)
+    if gpus is None:
+        return "waiting_for_gpus"
+    with slices.holding(job_id):
+        claim = _claim_or_join(job_id, worker, config)
+        if claim is None:
+            log.info("job %s: nothing to do (already claimed, finished or gang full)", job_id)
+            return "skipped"
+        with worker_state().running(job_id):
+            gang = claim.nnodes > 1 and config.executor == "local"  # SLURM allocates nodes
+            if gang and not _gather_gang(claim, worker, config):
+                return "gang_incomplete"
+            spec = launch_spec(claim, config, gpus)
+            outcome = AttemptSupervisor(claim, worker, config, spec).run()
     return outcome.verdict if outcome else "lost"
+
+
+def _gpu_slice(job_id: str, config: WorkerConfig) -> tuple[int, ...] | None:
+    """This job's GPUs on this worker (() for CPU jobs); None: none freed up in time, and the
+    message went back to the job's queue (see worker.gpu_slices)."""
+    slices = worker_state().slices
+    if config.executor != "local" or not slices.inventory:
+        return ()
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        if job is None or (job.resources or {}).get("accelerator") != "cuda":
+            return ()
+        count, queue = int(job.resources.get("nproc_per_node") or 1), job.queue
+    gpus = slices.acquire(job_id, count, config.gpu_wait_seconds)
+    if gpus is None:
+        log.info("job %s: %d GPUs not free on this worker (free: %s); back to queue %s",
+                 job_id, count, list(slices.free()), queue)  # fmt: skip
+        dispatch_after_commit(job_id, queue)
+    return gpus
 
 
 def _claim_or_join(job_id: str, worker: str, config: WorkerConfig) -> Claim | None:
@@ -198,7 +223,7 @@ def _gather_gang(claim: Claim, worker: str, config: WorkerConfig) -> bool:
     return False
 
 
-def launch_spec(claim: Claim, config: WorkerConfig) -> LaunchSpec:
+def launch_spec(claim: Claim, config: WorkerConfig, gpus: tuple[int, ...] = ()) -> LaunchSpec:
     res = claim.resources
     return LaunchSpec(
         job_id=claim.job_id,
@@ -208,7 +233,7 @@ def launch_spec(claim: Claim, config: WorkerConfig) -> LaunchSpec:
         nproc_per_node=int(res.get("nproc_per_node") or 1),
         accelerator=str(res.get("accelerator") or "cpu"),
         rdzv_endpoint=claim.endpoint,
-        gpu_ids=worker_state().gpu_ids,
+        gpu_ids=gpus or worker_state().gpu_ids,
         node_rank=claim.node_rank,
         trainer_module=config.trainer_module,
         rdzv_timeout_s=int(config.gang_wait_seconds),

@@ -172,6 +172,7 @@ def insert_job(
     max_attempts: int = 3,
     dispatch: bool = True,
     queue: str = "cpu",
+    accelerator: str = "cpu",
 ) -> str:
     """Store a queued job and send it to the broker after the commit, as the API does."""
     from jobs.broker import enqueue_job
@@ -179,7 +180,7 @@ def insert_job(
     from jobs.store.queries import mark_dispatched
     from jobs.store.tables import Job
 
-    resources = {"nnodes": nnodes, "nproc_per_node": nproc, "accelerator": "cpu"}
+    resources = {"nnodes": nnodes, "nproc_per_node": nproc, "accelerator": accelerator}
     with session_scope() as session:
         job = Job(project_id=project_id, name="t", spec={"recipe": recipe}, recipe=recipe,
                   plan={}, resources=resources, queue=queue, max_attempts=max_attempts)  # fmt: skip
