@@ -110,9 +110,10 @@ for _entry in (
     ArchEntry("Phi3ForCausalLM", "models.phi3.model", "Phi3ForCausalLM", _PHI3,
               TieSupport.BOTH, "phi3",
               notes="fused qkv/gate_up split on load and fused on save; partial rotary, "
-                    "longrope and sliding_window native; no LoRA (adapters would not fit HF's "
-                    "fused layers); resid_pdrop > 0 loads the HF class",
+                    "longrope, sliding_window and resid_pdrop native; no LoRA (adapters would "
+                    "not fit HF's fused layers); no TP while resid_pdrop > 0",
               config_model_types=("phi3",),
+              parallel_plan="models.phi3.parallelize:PHI3_PLAN",
               state_dict_adapter="models.phi3.state_dict_adapter:Phi3StateDictAdapter"),
     ArchEntry("Gemma2ForCausalLM", "models.gemma2.model", "Gemma2ForCausalLM", _DENSE_TP,
               TieSupport.TIED_ONLY, "gemma2",

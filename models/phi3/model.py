@@ -6,8 +6,8 @@ sliding-window mask when `sliding_window` is set (every layer windowed, as trans
 does). Hugging Face checkpoints fuse q/k/v and gate/up; native keeps them separate (so the
 common dense tensor-parallel plan applies) and `Phi3StateDictAdapter` splits them on load
 and fuses them on save, reading and writing one tensor at a time. Residual dropout
-(`resid_pdrop`) is not implemented natively: configs that set it load with the Hugging Face
-class (every released checkpoint has 0.0; `embd_pdrop` is unused by transformers too).
+(`resid_pdrop`) wraps each block's output (`models.phi3.layers`); `embd_pdrop` is unused,
+as in transformers.
 Nothing is fp32-sensitive (no router, sink or per-head scale). Tied embeddings: both
 (Phi-3-mini/medium untied, Phi-4-mini tied).
 """
@@ -23,6 +23,7 @@ from models.common.safetensors_io import SafetensorsReader
 from models.common.safetensors_io.shards import plan_shards, shard_file_names, write_index
 from models.common.safetensors_io.writer import write_file
 from models.common.tie import reject_unsupported_tie_word_embeddings
+from models.phi3.layers import Phi3Attention, phi3_mlp
 from models.phi3.rope import Phi3RotaryEmbedding, phi3_rope_unsupported_reason
 from models.phi3.state_dict_adapter import Phi3StateDictAdapter
 from models.registry import ModelCapabilities, TieSupport
@@ -39,8 +40,10 @@ class Phi3ForCausalLM(NativeCausalLM):
 
     def __init__(self, config: Any) -> None:
         reject_unsupported_tie_word_embeddings(type(self), config)
-        backbone = DecoderModel(config)
+        backbone = DecoderModel(config, mlp_factory=phi3_mlp)
         backbone.rotary_emb = Phi3RotaryEmbedding(config)
+        for layer in backbone.layers:  # the common attention plus Phi-3's residual dropout
+            layer.self_attn = Phi3Attention(config)
         super().__init__(config, backbone)
 
     @classmethod
@@ -49,8 +52,6 @@ class Phi3ForCausalLM(NativeCausalLM):
         reason = phi3_rope_unsupported_reason(config)
         if reason:
             return reason
-        if float(getattr(config, "resid_pdrop", 0.0) or 0.0):
-            return f"resid_pdrop {config.resid_pdrop} (native Phi-3 has no residual dropout)"
         if getattr(config, "hidden_act", "silu") not in _ACTIVATIONS:
             return f"hidden_act {config.hidden_act!r}"
         if config.num_attention_heads % (config.num_key_value_heads or 1):

@@ -169,11 +169,19 @@ def test_bf16_logits_within_bf16_rounding(tmp_path):
     torch.testing.assert_close(out.loss, ref.loss, atol=2e-2, rtol=0)
 
 
-def test_residual_dropout_falls_back_to_hugging_face(tmp_path):
-    _, directory = _saved_hf(tmp_path, "plain", resid_pdrop=0.1)
-    model = AutoModelForCausalLM.from_pretrained(directory)
-    assert model.tuneyard_backend == "hf"
-    assert "resid_pdrop" in Phi3ForCausalLM.unsupported_reason(phi3_config(resid_pdrop=0.1))
+def test_residual_dropout_is_native_and_draws_as_transformers_does(tmp_path):
+    hf, native = _pair(tmp_path, "phi4mini", resid_pdrop=0.2)
+    ids = torch.randint(1, VOCAB, (2, 40))
+    eval_logits = native(input_ids=ids).logits
+    torch.testing.assert_close(eval_logits, hf(input_ids=ids).logits, atol=ATOL, rtol=0)
+    hf.train(), native.train()
+    torch.manual_seed(7)
+    ref = hf(input_ids=ids, labels=ids)
+    torch.manual_seed(7)
+    out = native(input_ids=ids, labels=ids)
+    assert (out.logits - eval_logits).abs().max() > 1e-2  # dropout is on while training
+    torch.testing.assert_close(out.logits, ref.logits, atol=ATOL, rtol=0)  # same masks
+    torch.testing.assert_close(out.loss, ref.loss, atol=ATOL, rtol=0)
 
 
 def test_a_longrope_factor_of_the_wrong_length_is_unsupported():
