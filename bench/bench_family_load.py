@@ -70,6 +70,39 @@ FAMILIES["gpt_oss"] = ("GptOssConfig", dict(
                      "original_max_position_embeddings": 128},
 ))  # fmt: skip
 
+# ~128M parameters: 12 layers of 768 (sliding 512 / full alternating), GQA 12/4 heads of 64,
+# GeGLU width 3072, sandwich norms, attention and final logit soft-caps 50 / 30; tied.
+FAMILIES["gemma2"] = ("Gemma2Config", dict(
+    _VOCAB, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+    num_attention_heads=12, num_key_value_heads=4, head_dim=64, query_pre_attn_scalar=64,
+    sliding_window=512, tie_word_embeddings=True,
+))  # fmt: skip
+
+# ~128M parameters: Gemma 2's shape with q/k norms, 5 local (window 512, base 10k) per
+# global layer (base 1M, linear x8), no attention soft-cap; tied.
+FAMILIES["gemma3"] = ("Gemma3TextConfig", dict(
+    _VOCAB, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+    num_attention_heads=12, num_key_value_heads=4, head_dim=64, query_pre_attn_scalar=64,
+    sliding_window=512, tie_word_embeddings=True,
+    rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                     "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                        "rope_theta": 1000000.0}},
+))  # fmt: skip
+
+# ~130M parameters: 8 layers of 512 (layer 0 dense), latent attention (q rank 192, kv rank
+# 128, nope/rope/v 64/32/64), 16 routed experts of width 512 in 4 groups (top-4 of the 2 best
+# groups) plus one shared expert, YaRN with the mscale softmax correction.
+FAMILIES["deepseek_v3"] = ("DeepseekV3Config", dict(
+    _VOCAB, hidden_size=512, intermediate_size=1536, moe_intermediate_size=512,
+    num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8, q_lora_rank=192,
+    kv_lora_rank=128, qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64,
+    n_routed_experts=16, n_shared_experts=1, n_group=4, topk_group=2, num_experts_per_tok=4,
+    first_k_dense_replace=1,
+    rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                     "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1,
+                     "original_max_position_embeddings": 1024},
+))  # fmt: skip
+
 
 def _rss_fields() -> dict[str, int]:
     """VmRSS and VmHWM (peak) of this process, in bytes."""
