@@ -253,6 +253,28 @@ def context_parallel_config_errors(
     ]
 
 
+def tensor_parallel_config_errors(
+    config: dict[str, Any] | None, distributed: dict[str, Any]
+) -> list[FieldError]:
+    """Configs whose model tensor parallelism cannot run although its architecture can:
+    residual dropout (`resid_pdrop`, Phi-3), which each tp rank would draw differently for
+    the block outputs the ranks share (the family's parallel plan refuses it too)."""
+    if not config or int(distributed.get("tp_size") or 1) == 1:
+        return []
+    rate = config.get("resid_pdrop")
+    if not isinstance(rate, int | float) or rate <= 0:
+        return []
+    if not capabilities_for(architecture_of(config)).supports_tp:
+        return []  # capability_errors already refuses tp for this architecture
+    return [
+        FieldError(
+            "distributed.tp_size",
+            f"tensor parallelism cannot run this model's residual dropout (resid_pdrop {rate})",
+            "set distributed.tp_size: 1, or resid_pdrop: 0.0 in the model section",
+        )
+    ]
+
+
 def _sliding_window(config: dict[str, Any]) -> bool:
     if "use_sliding_window" in config:
         return bool(config["use_sliding_window"])

@@ -48,6 +48,7 @@ from jobs.recipe.model_config import (
     hub_cache_config,
     hub_cache_root,
     read_config_file,
+    tensor_parallel_config_errors,
 )
 from jobs.recipe.model_overrides import check_overrides, config_with_overrides
 from jobs.recipe.paths import PathCheck
@@ -323,6 +324,7 @@ def normalize_recipe(
     if setup is not None:
         errors += capability_errors(info.architecture, out["distributed"], out["peft"] is not None)
         errors += context_parallel_config_errors(info.config, out["distributed"])
+        errors += tensor_parallel_config_errors(info.config, out["distributed"])
         errors += pipeline_config_errors(info.config, out["distributed"])
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)
     return out, setup, info, errors, warnings
