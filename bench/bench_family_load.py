@@ -89,6 +89,20 @@ FAMILIES["gemma3"] = ("Gemma3TextConfig", dict(
                                         "rope_theta": 1000000.0}},
 ))  # fmt: skip
 
+# ~130M parameters: 8 layers of 512 (layer 0 dense), latent attention (q rank 192, kv rank
+# 128, nope/rope/v 64/32/64), 16 routed experts of width 512 in 4 groups (top-4 of the 2 best
+# groups) plus one shared expert, YaRN with the mscale softmax correction.
+FAMILIES["deepseek_v3"] = ("DeepseekV3Config", dict(
+    _VOCAB, hidden_size=512, intermediate_size=1536, moe_intermediate_size=512,
+    num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8, q_lora_rank=192,
+    kv_lora_rank=128, qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64,
+    n_routed_experts=16, n_shared_experts=1, n_group=4, topk_group=2, num_experts_per_tok=4,
+    first_k_dense_replace=1,
+    rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                     "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1,
+                     "original_max_position_embeddings": 1024},
+))  # fmt: skip
+
 
 def _rss_fields() -> dict[str, int]:
     """VmRSS and VmHWM (peak) of this process, in bytes."""
