@@ -158,7 +158,8 @@ def save_checkpoint(
         return
     hf_export.save_model_dir(run, staging)
     if checkpoints.save_optimizer:
-        manager.save_optimizer(run.model, run.optimizer, run.scheduler, staging / "optim")
+        flat = run.pipeline is not None  # stages hold different parameters
+        manager.save_optimizer(run.model, run.optimizer, run.scheduler, staging / "optim", flat)
     path = checkpoints.publish(run.step, state)
     if run.env.is_rank0:
         size = manager.dir_size(path)

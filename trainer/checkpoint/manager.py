@@ -33,6 +33,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_optimizer_state_dict,
     set_optimizer_state_dict,
 )
@@ -281,8 +282,26 @@ def read_trainer_state(directory: Path) -> dict[str, Any]:
         raise checkpoint_error(f"{directory / STATE_FILE} is unreadable: {exc}") from None
 
 
-def save_optimizer(model: nn.Module, optimizer: Optimizer, scheduler: Any, out_dir: Path) -> None:
-    state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+def _state_options(flat: bool) -> StateDictOptions:
+    """Flat optimizer state keys every entry by parameter name (`param_groups.<fqn>.lr`):
+    what pipeline stages need, whose ranks hold different parameters and param groups."""
+    return StateDictOptions(flatten_optimizer_state_dict=flat)
+
+
+def _saved_flat(in_dir: Path) -> bool:
+    """Whether the DCP checkpoint in `in_dir` holds flat optimizer state."""
+    keys = dcp.FileSystemReader(str(in_dir)).read_metadata().state_dict_metadata
+    return "optimizer.param_groups" not in keys and any(
+        k.startswith("optimizer.param_groups.") for k in keys
+    )
+
+
+def save_optimizer(
+    model: nn.Module, optimizer: Optimizer, scheduler: Any, out_dir: Path, flat: bool = False
+) -> None:
+    """The optimizer (and scheduler) state as DCP; `flat` under pipeline parallelism."""
+    options = _state_options(flat)
+    state = {"optimizer": get_optimizer_state_dict(model, optimizer, options=options)}
     if scheduler is not None:
         state["lr_scheduler"] = scheduler.state_dict()
     dcp.save(state, checkpoint_id=str(out_dir))
@@ -306,7 +325,10 @@ def async_save_optimizer(
 def load_optimizer(model: nn.Module, optimizer: Optimizer, scheduler: Any, in_dir: Path) -> None:
     if not (in_dir / ".metadata").is_file():
         raise checkpoint_error(f"{in_dir} holds no optimizer state (no DCP .metadata)")
-    state: dict[str, Any] = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+    options = _state_options(_saved_flat(in_dir))
+    state: dict[str, Any] = {
+        "optimizer": get_optimizer_state_dict(model, optimizer, options=options)
+    }
     if scheduler is not None:
         state["lr_scheduler"] = scheduler.state_dict()
     try:
@@ -316,6 +338,6 @@ def load_optimizer(model: nn.Module, optimizer: Optimizer, scheduler: Any, in_di
             f"{in_dir}: optimizer state does not fit this model/optimizer "
             f"({type(exc).__name__}: {str(exc)[:300]})"
         ) from None
-    set_optimizer_state_dict(model, optimizer, state["optimizer"])
+    set_optimizer_state_dict(model, optimizer, state["optimizer"], options=options)
     if scheduler is not None:
         scheduler.load_state_dict(state["lr_scheduler"])
