@@ -136,19 +136,10 @@ class Gemma2ForCausalLM(NativeCausalLM):
         **kwargs: Any,
     ) -> CausalLMOutputWithPast:
         """The base forward (no labels) with the logits soft-capped before the loss."""
-        logits = (
-            super()
-            .forward(
-                input_ids,
-                attention_mask,
-                position_ids,
-                None,
-                inputs_embeds,
-                logits_to_keep,
-                **kwargs,
-            )
-            .logits
+        out = super().forward(
+            input_ids, attention_mask, position_ids, None, inputs_embeds, logits_to_keep, **kwargs
         )
+        logits = out.logits
         cap = getattr(self.config, "final_logit_softcapping", None)
         if cap:
             logits = torch.tanh(logits / cap) * cap
