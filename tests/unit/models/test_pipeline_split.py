@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, Qwen3Config
+from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
 from models.common.pipeline_split import (
     StageLayers,
@@ -14,6 +14,7 @@ from models.common.pipeline_split import (
     stage_layer_ranges,
 )
 from models.llama.model import LlamaForCausalLM
+from models.qwen2.model import Qwen2ForCausalLM
 from models.qwen3.model import Qwen3ForCausalLM
 
 TINY = dict(
@@ -69,15 +70,21 @@ def test_each_rank_keeps_exactly_its_stages_parameters_under_full_names():
     assert stages[0].embed_tokens is model.model.embed_tokens and stages[1].lm_head is None
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
-def test_stages_chained_compute_the_unsplit_logits(family):
-    if family == "llama":
-        build = tiny_llama
-    else:
+FAMILIES = {
+    "llama": tiny_llama,
+    "qwen2": lambda: _seeded(Qwen2ForCausalLM, Qwen2Config(**TINY)),  # q/k/v bias
+    "qwen3": lambda: _seeded(Qwen3ForCausalLM, Qwen3Config(**TINY, head_dim=8)),  # q/k norms
+}
 
-        def build():
-            torch.manual_seed(0)
-            return Qwen3ForCausalLM.from_config(Qwen3Config(**TINY, head_dim=8))
+
+def _seeded(cls, config):
+    torch.manual_seed(0)
+    return cls.from_config(config)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_stages_chained_compute_the_unsplit_logits(family):
+    build = FAMILIES[family]
 
     ids = torch.randint(1, 128, (2, 9))
     mask = torch.ones_like(ids)
