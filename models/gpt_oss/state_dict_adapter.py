@@ -45,9 +45,11 @@ def _check_experts(fqn: str, tensor: torch.Tensor, config: Any) -> None:
 class GptOssStateDictAdapter:
     """Stateless conversions; names are equal on both sides, two tensors are transposed."""
 
-    # The load targets of the two transposed tensors are views of the parameters, but the
-    # shard-only path fills DTensor shards, whose views it does not write through; it keeps
-    # the full-model load.
+    # Every target, the transposed views included, writes through to FSDP2-sharded storage
+    # (tests/unit/models/test_gpt_oss_shard_load.py). Declined all the same: gpt-oss trains
+    # with expert parallelism, and the shard-only path's `to_empty` after
+    # `apply_expert_parallel` leaves the expert parameters with zero gradients, so a run
+    # with ep_size > 1 must keep the full-model load.
     supports_low_memory_dcp_load = False
 
     @staticmethod
