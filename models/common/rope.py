@@ -123,7 +123,14 @@ class RotaryEmbedding(nn.Module):
     def forward(
         self, x: torch.Tensor, position_ids: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        inv_freq = self.inv_freq.to(device=position_ids.device, dtype=torch.float)
+        return self.cos_sin(x, position_ids, self.inv_freq)
+
+    def cos_sin(
+        self, x: torch.Tensor, position_ids: torch.Tensor, inv_freq: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) of `position_ids` at `inv_freq` (subclasses that pick frequencies per
+        call pass theirs), times `attention_scaling`, in x's dtype."""
+        inv_freq = inv_freq.to(device=position_ids.device, dtype=torch.float)
         freqs = position_ids[..., None].float() * inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling

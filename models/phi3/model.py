@@ -14,8 +14,11 @@ Nothing is fp32-sensitive (no router, sink or per-head scale). Tied embeddings: 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from models.common.causal_lm import NativeCausalLM
 from models.common.layers import _ACTIVATIONS, DecoderModel
@@ -68,13 +71,17 @@ class Phi3ForCausalLM(NativeCausalLM):
             reader.read_many(adapter.read_plan(params, self.config, reader.specs))
         self.tie_weights()
 
+    def hf_state_items(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(Hugging Face key, tensor) pairs; each fused tensor is built only when reached."""
+        yield from self.state_dict_adapter.iter_hf(dict(self.named_parameters()), self.config)
+
     def save_weights(self, directory: Path, max_shard_size: int) -> None:
         """Safetensors shards whose fused tensors are built one at a time as written."""
         params = dict(self.named_parameters())
         shards = plan_shards(
             self.state_dict_adapter.hf_entries(params, self.config), max_shard_size
         )
-        items = self.state_dict_adapter.iter_hf(params, self.config)
+        items = self.hf_state_items()
         for name, shard in zip(shard_file_names(len(shards)), shards, strict=True):
             write_file(directory / name, shard, (next(items) for _ in shard))
         write_index(directory, shards)

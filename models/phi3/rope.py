@@ -99,7 +99,9 @@ class Phi3RotaryEmbedding(RotaryEmbedding):
     def forward(
         self, x: torch.Tensor, position_ids: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.longrope:  # traceable choice: no host sync on the sequence length
-            is_long = position_ids.max() + 1 > self.original_max
-            self.inv_freq = torch.where(is_long, self.long_inv_freq, self.short_inv_freq)
-        return super().forward(x, position_ids)
+        if not self.longrope:
+            return self.cos_sin(x, position_ids, self.inv_freq)
+        # A traceable choice (no host sync on the length, no module state written).
+        is_long = position_ids.max() + 1 > self.original_max
+        inv_freq = torch.where(is_long, self.long_inv_freq, self.short_inv_freq)
+        return self.cos_sin(x, position_ids, inv_freq)

@@ -113,6 +113,18 @@ def test_rotary_matches_below_and_above_the_original_length(variant):
             torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
 
 
+def test_longrope_with_explicit_factor_and_attention_factor_matches():
+    base = phi3_config("longrope").rope_parameters
+    config = phi3_config("longrope", rope_scaling={**base, "factor": 4.0, "attention_factor": 1.3})
+    ours, ref = Phi3RotaryEmbedding(config), transformers.Phi3Model(config).rotary_emb
+    assert ours.attention_scaling == 1.3
+    x = torch.zeros(1, 1, 8)
+    for length in LENGTHS:
+        positions = torch.arange(length).unsqueeze(0)
+        for got, want in zip(ours(x, positions), ref(x, positions), strict=True):
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+
+
 def test_longrope_uses_long_factors_only_past_the_original_length():
     rotary = Phi3RotaryEmbedding(phi3_config("longrope"))
     x, early = torch.zeros(1, 1, 8), torch.arange(ORIGINAL).unsqueeze(0)
