@@ -66,8 +66,10 @@ ALLOWED: dict[str, Allowed] = {
             "jobs.orchestration",
             "jobs.broker",
             "models.registry",
+            "orjson",
+            "prometheus_client",
         },
-        {"uvicorn"},
+        {"uvicorn", "opentelemetry"},
     ),  # fmt: skip
     "worker": allow(
         {
