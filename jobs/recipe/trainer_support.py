@@ -61,7 +61,8 @@ def _context_parallel_errors(
     Its attention is plain causal over whole rows, in the native attention layers only, and
     it shards the student's batch under FSDP2: packed rows (per-document masks), the Hugging
     Face classes (no native attention) and distillation (the teacher would see a slice) are
-    refused, and so are the parallelisms and wrappers not yet proven with it."""
+    refused, and so are torch.compile and pipeline and expert parallelism, not yet proven
+    with it (tensor parallelism and LoRA are)."""
     if _size(distributed, "cp_size") == 1:
         return []
     fix = "set distributed.cp_size: 1 or change {loc}"
@@ -87,11 +88,10 @@ def _context_parallel_conflicts(
          f"force_hf loads the Hugging Face class, {no_cp_attention}"),
         ("model.attn_implementation", attn not in (None, "sdpa"),
          f"attn_implementation {attn!r} loads the Hugging Face class, {no_cp_attention}"),
-        ("peft", recipe.get("peft") is not None, f"LoRA with context parallelism {NOT_YET}"),
         ("compile.enabled", bool((recipe.get("compile") or {}).get("enabled")),
          f"torch.compile with context parallelism {NOT_YET}"),
         *[(f"distributed.{key}", _size(distributed, key) > 1, f"{what} with context parallelism {NOT_YET}")
-          for key, what in (("tp_size", "tensor parallelism"), ("pp_size", "pipeline parallelism"),
+          for key, what in (("pp_size", "pipeline parallelism"),
                             ("ep_size", "expert parallelism"))],
     ]  # fmt: skip
     return [(loc, msg) for loc, refused, msg in conflicts if refused]

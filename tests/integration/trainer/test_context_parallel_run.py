@@ -3,7 +3,8 @@
 A cp 2 run on 2 gloo ranks and a cp 2 x dp_shard 2 run on 4 ranks each build their mesh
 (the cp axis beside dp_shard, FSDP2 sharding over both), train the tiny native Llama to the
 end and report losses, gradient norms, token counts and validation losses equal to a
-1-process run of the same global batch (to 1e-5 relative, float32: only the reduction order
+1-process run of the same global batch, and so do cp 2 x tp 2 with sequence parallelism
+on 4 ranks and LoRA under cp 2 (to 1e-5 relative, float32: only the reduction order
 differs). Rows have uneven lengths, so each batch is right-padded to a multiple of 2*cp
 before it is cut into the ranks' chunk pairs. The cp 2 run's checkpoint loads in plain
 transformers with the trainer's validation loss, and a cp 2 run killed after its first
@@ -86,6 +87,27 @@ def test_cp2_by_dp2_on_four_ranks_matches_a_one_process_run(assets: Assets) -> N
     assert started["dp_size"] == 2
     single = launch(assets, "cp2-dp2-one-process", cp_recipe(assets, {"strategy": "fsdp2"}, 8))
     assert_same_training(run, single)
+
+
+def test_cp2_by_tp2_with_sequence_parallel_matches_a_one_process_run(
+    assets: Assets, one_process_run: RunResult
+) -> None:
+    distributed = {**CP, "tp_size": 2, "sequence_parallel": True}
+    run = launch(assets, "cp2-tp2", cp_recipe(assets, distributed, 4), nproc=4)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.events()[0]["mesh_shape"] == {"dp_shard": 1, "cp": 2, "tp": 2}
+    assert_same_training(run, one_process_run)
+
+
+def test_lora_under_cp2_matches_a_one_process_run(assets: Assets) -> None:
+    peft = {"peft": {"match_all_linear": True, "dim": 8, "alpha": 16}}
+    run = launch(assets, "cp2-lora", {**cp_recipe(assets, CP, 4), **peft}, nproc=2)
+    assert run.returncode == 0, run.output[-3000:]
+    single = launch(
+        assets, "cp2-lora-one-process", {**cp_recipe(assets, {"strategy": "fsdp2"}, 4), **peft}
+    )
+    assert_same_training(run, single)
+    assert (run.latest() / "model" / "adapter_model.safetensors").exists()
 
 
 def test_cp2_checkpoint_loads_in_transformers(cp_run: RunResult, assets: Assets, offline_hub):

@@ -5,7 +5,8 @@ the mesh and plan it will run; refused, at the field to change, for architecture
 it (Qwen3-MoE, a Hugging Face fallback) and for what the trainer's context-parallel path
 does not run: packed rows, the Hugging Face classes (force_hf, another attention
 implementation, configs with sliding windows or rope types the native class lacks),
-distillation, LoRA, torch.compile and the other model parallelisms.
+distillation, torch.compile and expert parallelism. Tensor parallelism and LoRA with cp
+are accepted (the torchrun runs prove them).
 """
 
 from __future__ import annotations
@@ -66,7 +67,6 @@ CONFLICTS = [
     ({"packed_sequence": {"enabled": True, "packed_sequence_size": 64}}, "packed_sequence.enabled"),
     ({"model": {"force_hf": True}}, "model.force_hf"),
     ({"model": {"attn_implementation": "eager"}}, "model.attn_implementation"),
-    ({"peft": {"dim": 4}}, "peft"),
     ({"compile": {"enabled": True}}, "compile.enabled"),
 ]
 
@@ -82,9 +82,21 @@ def test_what_cp_does_not_run_is_refused_at_its_field(validate, recipe, change, 
     assert loc not in [e.loc for e in validate(recipe, nproc_per_node=2).errors]
 
 
-def test_tensor_parallelism_with_cp_is_refused(validate, recipe):
-    recipe["distributed"].update(CP, tp_size=2)
-    error = error_at(validate(recipe, nproc_per_node=4), "distributed.tp_size")
+def test_cp_with_tensor_parallelism_or_lora_is_accepted(validate, recipe):
+    recipe["distributed"].update(CP, tp_size=2, sequence_parallel=True)
+    result = validate(recipe, nproc_per_node=4)
+    assert result.valid, [str(e) for e in result.errors]
+    assert (result.plan["cp_size"], result.plan["tp_size"], result.plan["dp_size"]) == (2, 2, 1)
+    recipe["distributed"].update(tp_size=1, sequence_parallel=False)
+    recipe["peft"] = {"dim": 4}
+    assert validate(recipe, nproc_per_node=2).valid
+
+
+def test_expert_parallelism_with_cp_is_refused(validate, recipe, data_root):
+    moe = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe")
+    _with_config(recipe, data_root, "moe", **moe)
+    recipe["distributed"].update(CP, ep_size=2)
+    error = error_at(validate(recipe, nproc_per_node=4), "distributed.ep_size")
     assert "context parallelism" in error.msg and "not supported" in error.msg
 
 
