@@ -23,11 +23,9 @@ from models.hooks import tp_plan, tp_unsupported_reason
 
 WORKER = Path(__file__).with_name("_phi3_worker.py")
 CASES = [
-    "trainer_tp:plain:0:0",  # plain TP, untied
-    "trainer_tp:plain:1:1",  # sequence parallel, tied (replicated embedding)
+    "trainer_tp:plain:0:0",  # plain TP, untied (rowwise o/down, colwise q/k/v, gate/up)
     "trainer_tp:phi4mini:1:1",  # longrope + partial rotary + tied, sequence parallel
-    "plan:longrope:0",  # long factors in use (seq 40 > 32), left padding
-    "plan:phi4mini:1",  # the same with partial rotary, sequence parallel
+    "plan:phi4mini:0",  # long factors in use (seq 40 > 32) + partial rotary, left padding
     "plan:window:1",  # sliding window 8 over 40 tokens, sequence parallel
 ]
 
