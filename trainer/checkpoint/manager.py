@@ -289,11 +289,14 @@ def _state_options(flat: bool) -> StateDictOptions:
 
 
 def _saved_flat(in_dir: Path) -> bool:
-    """Whether the DCP checkpoint in `in_dir` holds flat optimizer state."""
+    """Whether the DCP checkpoint in `in_dir` holds flat optimizer state.
+
+    DCP flattens the nested form's param-group list too (`param_groups.0.lr`), so only its
+    per-group `params` entry (`param_groups.0.params`) tells the two apart.
+    """
     keys = dcp.FileSystemReader(str(in_dir)).read_metadata().state_dict_metadata
-    return "optimizer.param_groups" not in keys and any(
-        k.startswith("optimizer.param_groups.") for k in keys
-    )
+    groups = [k for k in keys if k.startswith("optimizer.param_groups.")]
+    return bool(groups) and not any(k.endswith(".params") for k in groups)
 
 
 def save_optimizer(
