@@ -253,25 +253,52 @@ def context_parallel_config_errors(
     ]
 
 
+# Architectures whose Hugging Face class fuses q/k/v and gate/up (the native class splits
+# them): the tensor-parallel plan shards only the native class.
+HF_CLASS_WITHOUT_TP = ("Phi3ForCausalLM",)
+_NATIVE_ATTENTION = (None, "sdpa", "eager")
+
+
 def tensor_parallel_config_errors(
-    config: dict[str, Any] | None, distributed: dict[str, Any]
+    config: dict[str, Any] | None, distributed: dict[str, Any], model: dict[str, Any] | None = None
 ) -> list[FieldError]:
-    """Configs whose model tensor parallelism cannot run although its architecture can:
+    """Model settings whose tensor parallelism cannot run although the architecture's can:
     residual dropout (`resid_pdrop`, Phi-3), which each tp rank would draw differently for
-    the block outputs the ranks share (the family's parallel plan refuses it too)."""
-    if not config or int(distributed.get("tp_size") or 1) == 1:
+    the block outputs the ranks share, and the Hugging Face class of an architecture whose
+    layers it fuses (`force_hf`, another `attn_implementation`). The family's parallel plan
+    refuses the same in the trainer."""
+    architecture = architecture_of(config) if config else None
+    if not architecture or int(distributed.get("tp_size") or 1) == 1:
         return []
-    rate = config.get("resid_pdrop")
-    if not isinstance(rate, int | float) or rate <= 0:
-        return []
-    if not capabilities_for(architecture_of(config)).supports_tp:
+    if not capabilities_for(architecture).supports_tp:
         return []  # capability_errors already refuses tp for this architecture
-    return [
-        FieldError(
+    errors = []
+    rate = config.get("resid_pdrop")
+    if isinstance(rate, int | float) and rate > 0:
+        errors.append(FieldError(
             "distributed.tp_size",
             f"tensor parallelism cannot run this model's residual dropout (resid_pdrop {rate})",
             "set distributed.tp_size: 1, or resid_pdrop: 0.0 in the model section",
+        ))  # fmt: skip
+    if architecture in HF_CLASS_WITHOUT_TP:
+        errors += _fused_hf_class_errors(architecture, model or {})
+    return errors
+
+
+def _fused_hf_class_errors(architecture: str, model: dict[str, Any]) -> list[FieldError]:
+    chosen = [
+        ("model.force_hf", bool(model.get("force_hf"))),
+        ("model.attn_implementation", model.get("attn_implementation") not in _NATIVE_ATTENTION),
+    ]
+    return [
+        FieldError(
+            loc,
+            f"loads the Hugging Face {architecture}, whose fused qkv_proj/gate_up_proj the "
+            "tensor-parallel plan cannot shard",
+            f"remove {loc.split('.')[-1]} or set distributed.tp_size: 1",
         )
+        for loc, hf_class in chosen
+        if hf_class
     ]
 
 

@@ -324,7 +324,7 @@ def normalize_recipe(
     if setup is not None:
         errors += capability_errors(info.architecture, out["distributed"], out["peft"] is not None)
         errors += context_parallel_config_errors(info.config, out["distributed"])
-        errors += tensor_parallel_config_errors(info.config, out["distributed"])
+        errors += tensor_parallel_config_errors(info.config, out["distributed"], out.get("model"))
         errors += pipeline_config_errors(info.config, out["distributed"])
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)
     return out, setup, info, errors, warnings

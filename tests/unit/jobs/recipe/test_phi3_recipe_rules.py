@@ -3,7 +3,8 @@
 Tensor parallelism (with sequence parallelism) is accepted; with residual dropout on
 (`resid_pdrop` > 0 in config.json or as a model override) it is refused at
 `distributed.tp_size`, as the family's plan refuses it in the trainer; an override back to
-0.0 is accepted. LoRA is refused at `peft` (adapters on the native split projections would
+0.0 is accepted; force_hf or another attn_implementation (the fused Hugging Face class) is
+refused with tp. LoRA is refused at `peft` (adapters on the native split projections would
 not apply to transformers' fused Phi-3).
 """
 
@@ -55,3 +56,16 @@ def test_lora_is_refused_for_phi3(validate, recipe, data_root):
     recipe["peft"] = {"dim": 8, "alpha": 16}
     error = error_at(validate(recipe, nproc_per_node=1), "peft")
     assert "Phi3ForCausalLM does not support LoRA" in error.msg
+
+
+def test_the_fused_hugging_face_class_refuses_tensor_parallelism(validate, recipe, data_root):
+    forced = _phi3(recipe, data_root)
+    forced["model"]["force_hf"] = True
+    error = error_at(validate(forced, nproc_per_node=2), "model.force_hf")
+    assert "fused qkv_proj/gate_up_proj" in error.msg and "tp_size: 1" in error.fix
+    forced["model"].pop("force_hf")
+    forced["model"]["attn_implementation"] = "flash_attention_2"
+    assert "fused" in error_at(validate(forced, nproc_per_node=2), "model.attn_implementation").msg
+    forced["model"]["attn_implementation"] = "eager"
+    result = validate(forced, nproc_per_node=2)
+    assert result.valid, [str(e) for e in result.errors]
