@@ -140,8 +140,10 @@ def enable_context_parallel(model: nn.Module, group: Any) -> int:
     windowed = [m for m in model.modules() if getattr(m, "sliding_window", None) is not None]
     if windowed:  # a window is a mask over global positions, which the chunks do not build
         raise ValueError("context parallel attention does not implement sliding windows")
-    cp = ContextParallel(group, dist.get_rank(group), dist.get_world_size(group))
     layers = [m for m in model.modules() if isinstance(m, Attention)]
+    if not layers:
+        return 0
+    cp = ContextParallel(group, dist.get_rank(group), dist.get_world_size(group))
     for layer in layers:
         layer.context_parallel = cp
     return len(layers)
