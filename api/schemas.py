@@ -168,6 +168,7 @@ class MetricsPublic(BaseModel):
     data: list[MetricRecord]
     kind: str
     downsampled: bool
+    has_more: bool = Field(False, description="More raw records follow this page.")
     next_after_step: int | None = Field(
         None, description="The last step returned: pass as `after_step` to poll for more."
     )

@@ -33,6 +33,7 @@ from api.submission import (
 )
 from jobs.orchestration.states import IllegalTransition, available_controls, request_control
 from jobs.recipe.errors import FieldError
+from jobs.store import metric_reads
 from jobs.store import queries as store
 from jobs.store.api_keys import Principal
 from jobs.store.status import JobStatus, is_terminal
@@ -70,6 +71,14 @@ def job_public(job: Job, project: str, latest: dict[str, Any] | None = None) -> 
         updated_at=job.updated_at, dispatched_at=job.dispatched_at, started_at=job.started_at,
         finished_at=job.finished_at,
     )  # fmt: skip
+
+
+def own_job_id(session: SessionDep, principal: Principal, job_id: str) -> str:
+    """The job's stored id if it is the caller's project's (404 otherwise), loading no row."""
+    found = store.job_id_in_project(session, principal.project_id, job_id)
+    if found is None:
+        raise not_found("job", job_id)
+    return found
 
 
 def find_job(session: SessionDep, principal: Principal, job_id: str) -> Job:
@@ -164,7 +173,7 @@ def list_jobs(
     except ValueError as exc:
         raise InvalidRequest([FieldError("cursor", str(exc), "pass a next_cursor value "
                                          "from a previous page, or none")]) from exc  # fmt: skip
-    latest = store.latest_train_metrics(session, [j.id for j in jobs])
+    latest = metric_reads.latest_train_metrics(session, [j.id for j in jobs])
     data = [job_public(j, principal.project_name, latest.get(j.id)) for j in jobs]
     return JobsPublic(data=data, next_cursor=next_cursor)
 
@@ -186,7 +195,7 @@ def _parse_labels(items: list[str]) -> dict[str, str]:
             responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
 def get_job(job_id: str, principal: Reader, session: SessionDep) -> JobPublic:
     job = find_job(session, principal, job_id)
-    latest = store.latest_train_metrics(session, [job.id]).get(job.id)
+    latest = metric_reads.latest_train_metrics(session, [job.id]).get(job.id)
     return job_public(job, principal.project_name, latest)
 
 

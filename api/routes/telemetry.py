@@ -7,22 +7,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.deps import Reader, ReleasingRoute, SessionDep
-from api.routes.jobs import AUTH_ERRORS, NOT_FOUND, find_job
+from api.pages import json_page
+from api.routes.jobs import AUTH_ERRORS, NOT_FOUND, find_job, own_job_id
 from api.schemas import (
     CheckpointPublic,
     CheckpointsPublic,
     LogLine,
     LogsPublic,
-    MetricRecord,
     MetricsPublic,
 )
 from api.sse import MAX_EVENT_ID, SSE_HEADERS, Fetch, last_event_id, stream_rows
+from jobs.store import metric_reads
 from jobs.store import queries as store
 from jobs.store.tables import Job, JobLog
 
@@ -33,9 +34,11 @@ STREAM_DOC = {200: {"content": {"text/event-stream": {}}, "description": "Server
 
 
 @router.get("/metrics", response_model=MetricsPublic, summary="Metric records of a job",
-            responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+            responses={304: {"description": "Not modified: the `If-None-Match` ETag still "
+                             "holds."}, **NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
 def get_job_metrics(
     job_id: str,
+    request: Request,
     principal: Reader,
     session: SessionDep,
     kind: Kind = "train",
@@ -48,22 +51,28 @@ def get_job_metrics(
         Query(
             ge=1,
             le=10_000,
-            description="Downsample to at "
-            "most this many records: each bucket of steps keeps its lowest and "
-            "highest loss, and the last step is always kept.",
+            description="Downsample to at most this many records: each "
+            "bucket of steps keeps its lowest- and highest-loss records and its last one.",
         ),
     ] = None,  # fmt: skip
-) -> MetricsPublic:
-    """Ascending by step. Poll with `after_step=<next_after_step>` for new records."""
-    job = find_job(session, principal, job_id)
+) -> Response:
+    """Ascending by step. Poll with `after_step=<next_after_step>`: a poll with nothing new
+    is one index probe and an empty page. Every answer has an ETag; `If-None-Match` with it
+    answers 304 while the page is unchanged."""
+    own_id = own_job_id(session, principal, job_id)
+    has_more = False
     if max_points is not None:
-        rows, downsampled = store.metrics_downsampled(session, job.id, kind, after_step,
-                                                      max_points)  # fmt: skip
+        rows, downsampled = metric_reads.metrics_downsampled(session, own_id, kind, after_step,
+                                                             max_points)  # fmt: skip
     else:
-        rows, downsampled = store.metrics_page(session, job.id, kind, after_step, limit), False
+        rows, downsampled = metric_reads.metrics_page(session, own_id, kind, after_step,
+                                                      limit + 1), False  # fmt: skip
+        has_more, rows = len(rows) > limit, rows[:limit]
+    session.close()
     next_step = rows[-1]["step"] if rows else after_step
-    data = [MetricRecord.model_validate(r) for r in rows]
-    return MetricsPublic(data=data, kind=kind, downsampled=downsampled, next_after_step=next_step)
+    page = {"data": rows, "kind": kind, "downsampled": downsampled, "has_more": has_more,
+            "next_after_step": next_step}  # fmt: skip
+    return json_page(request, page)
 
 
 def _stream_fetch(
@@ -109,7 +118,7 @@ def stream_metrics(
     kinds = [kind] if kind else ["train", "val"]
 
     def rows(s: Session, after: int) -> list[dict[str, Any]]:
-        return store.metrics_after_id(s, job.id, kinds, after)
+        return metric_reads.metrics_after_id(s, job.id, kinds, after)
 
     session.close()
     fetch = _stream_fetch(request, job.id, rows)

@@ -1,5 +1,5 @@
 """Job queries for the API: create with an idempotency key, list with a cursor, read events,
-metrics (with SQL downsampling), logs and checkpoints.
+logs and checkpoints (metric reads are `jobs.store.metric_reads`).
 
 Every read is scoped to a project: a job of another project is simply not found. Creation
 relies on the unique (project_id, idempotency_key) constraint, so concurrent requests with
@@ -20,27 +20,19 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Engine,
-    Float,
-    Select,
     and_,
     bindparam,
-    cast,
     func,
     or_,
     select,
     text,
     update,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from jobs.recipe.metrics_sample import SAMPLE_FIELD_NAMES
-from jobs.store.engine import is_postgresql
 from jobs.store.status import JobStatus
-from jobs.store.tables import Checkpoint, Job, JobEvent, JobLog, Metric, utcnow
-
-METRIC_FIELDS = SAMPLE_FIELD_NAMES
+from jobs.store.tables import Checkpoint, Job, JobEvent, JobLog, utcnow
 
 
 class IdempotencyConflict(Exception):
@@ -173,6 +165,15 @@ def status_connection(engine: Engine) -> Connection | None:
     return engine.execution_options(isolation_level="AUTOCOMMIT").connect()
 
 
+def job_id_in_project(session: Session, project_id: int, job_id: str) -> str | None:
+    """The stored (lower-case) id when `job_id` names a job of this project: one primary-key
+    probe that loads no column but the id (telemetry reads need nothing more)."""
+    if not is_job_id(job_id):
+        return None
+    stmt = select(Job.id).where(Job.id == job_id.lower(), Job.project_id == project_id)
+    return session.scalar(stmt)
+
+
 def owns_job(session: Session, project_id: int, job_id: str) -> bool:
     """Whether `job_id` is exactly (lower-case, as stored) the id of a job of this project."""
     if not is_job_id(job_id) or job_id != job_id.lower():
@@ -237,24 +238,6 @@ def list_jobs(
     return jobs, (encode_cursor(jobs[-1]) if more and jobs else None)
 
 
-def latest_train_metrics(session: Session, job_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """The last train record of each job (for progress in job listings)."""
-    if not job_ids:
-        return {}
-    last = (
-        select(Metric.job_id, func.max(Metric.step).label("step"))
-        .where(Metric.job_id.in_(job_ids), Metric.kind == "train")
-        .group_by(Metric.job_id)
-        .subquery()
-    )
-    stmt = (
-        select(Metric)
-        .join(last, and_(Metric.job_id == last.c.job_id, Metric.step == last.c.step))
-        .where(Metric.kind == "train")
-    )
-    return {m.job_id: metric_dict(m) for m in session.scalars(stmt)}
-
-
 # --- events, logs, checkpoints ---------------------------------------------------------------
 
 
@@ -295,110 +278,6 @@ def queued_by_queue(session: Session) -> dict[str, int]:
 
 def ping(session: Session) -> None:
     session.execute(text("SELECT 1"))
-
-
-# --- metrics ---------------------------------------------------------------------------------
-
-
-_METRIC_COLUMNS = (
-    Metric.id,
-    Metric.kind,
-    Metric.attempt,
-    *(getattr(Metric, n) for n in METRIC_FIELDS),
-)
-
-
-def metric_dict(m: Metric) -> dict[str, Any]:
-    return {"id": m.id, "kind": m.kind, "attempt": m.attempt,
-            **{name: getattr(m, name) for name in METRIC_FIELDS}}  # fmt: skip
-
-
-def _metrics_base(job_id: str, kind: str, after_step: int | None) -> Select[Any]:
-    stmt = select(*_METRIC_COLUMNS).where(Metric.job_id == job_id, Metric.kind == kind)
-    if after_step is not None:
-        stmt = stmt.where(Metric.step > after_step)
-    return stmt
-
-
-def metrics_page(
-    session: Session, job_id: str, kind: str, after_step: int | None, limit: int
-) -> list[dict[str, Any]]:
-    """Raw records ascending by step, after the cursor."""
-    stmt = _metrics_base(job_id, kind, after_step).order_by(Metric.step).limit(limit)
-    return [dict(row._mapping) for row in session.execute(stmt)]
-
-
-def metrics_after_id(
-    session: Session, job_id: str, kinds: list[str], after_id: int, limit: int = 500
-) -> list[dict[str, Any]]:
-    """Records inserted after row id `after_id` (the SSE cursor), in insertion order."""
-    stmt = (
-        select(Metric)
-        .where(Metric.job_id == job_id, Metric.kind.in_(kinds), Metric.id > after_id)
-        .order_by(Metric.id)
-        .limit(limit)
-    )
-    return [metric_dict(m) for m in session.scalars(stmt)]
-
-
-def metrics_downsampled(
-    session: Session, job_id: str, kind: str, after_step: int | None, max_points: int
-) -> tuple[list[dict[str, Any]], bool]:
-    """At most `max_points` records after the cursor, ascending by step; (records, downsampled).
-
-    Steps are cut into equal-width buckets; each bucket keeps the record with its lowest and
-    the one with its highest loss (val_loss for `val`), and the last step is always kept.
-    Runs in SQL (window functions), so 200k rows never leave the database.
-    """
-    where = [Metric.job_id == job_id, Metric.kind == kind]
-    if after_step is not None:
-        where.append(Metric.step > after_step)
-    # min/max of an indexed column are two index probes; steps are unique per job and kind,
-    # so a span no wider than max_points cannot hold more records than that.
-    lo, hi = session.execute(
-        select(func.min(Metric.step), func.max(Metric.step)).where(*where)
-    ).one()
-    if lo is None or hi - lo + 1 <= max_points:
-        return metrics_page(session, job_id, kind, after_step, max_points), False
-    buckets = (max_points - 1) // 2
-    if buckets == 0:  # room for the last records only
-        tail = (
-            _metrics_base(job_id, kind, after_step).order_by(Metric.step.desc()).limit(max_points)
-        )
-        return [dict(row._mapping) for row in reversed(session.execute(tail).all())], True
-    width = -(-(hi - lo + 1) // buckets)
-    steps = _extreme_steps(session, job_id, kind, after_step, lo, width) | {hi}
-    stmt = (
-        select(*_METRIC_COLUMNS)
-        .where(Metric.job_id == job_id, Metric.kind == kind, Metric.step.in_(sorted(steps)))
-        .order_by(Metric.step)
-    )
-    return [dict(row._mapping) for row in session.execute(stmt)], True
-
-
-def _extreme_steps(
-    session: Session, job_id: str, kind: str, after_step: int | None, lo: int, width: int
-) -> set[int]:
-    """Steps holding each bucket's lowest and highest loss, in one pass over the rows.
-
-    PostgreSQL compares arrays, so min/max of [loss, step] carry the step along. SQLite
-    returns a bare column from the row that a lone min() or max() picked, so it takes two
-    grouped passes.
-    """
-    value = Metric.val_loss if kind == "val" else Metric.loss
-    bucket = (Metric.step - lo) // width
-    where = [Metric.job_id == job_id, Metric.kind == kind, value.is_not(None)]
-    if after_step is not None:
-        where.append(Metric.step > after_step)
-    if is_postgresql(session):
-        pair = postgresql.array([value, cast(Metric.step, Float)])
-        stmt = select(func.min(pair), func.max(pair)).where(*where).group_by(bucket)
-        return {int(p[1]) for row in session.execute(stmt) for p in row}
-    steps: set[int] = set()
-    for extreme in (func.min, func.max):
-        stmt = select(Metric.step, extreme(value)).where(*where).group_by(bucket)
-        steps.update(step for step, _ in session.execute(stmt))
-    return steps
 
 
 class JobNotFound(LookupError):

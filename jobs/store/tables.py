@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    DDL,
     JSON,
     BigInteger,
     Boolean,
@@ -29,6 +30,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    event,
     false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -187,6 +189,67 @@ class Metric(Base):
     mfu: Mapped[float | None] = mapped_column(Float, default=None)
     num_tokens: Mapped[int | None] = mapped_column(BigInteger, default=None)
     timestamp: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class MetricRollup(Base):
+    """Per block of `ROLLUP_BLOCK` steps of one job and kind: where its lowest and highest
+    loss (val_loss for `val`) are, and its last step. PostgreSQL keeps it current with
+    statement triggers on `metrics` (`ROLLUP_DDL`), whoever writes the metrics; downsampled
+    reads then touch one row per block instead of every record. SQLite has the table but no
+    trigger: its reads scan the records."""
+
+    __tablename__ = "metric_rollups"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    block: Mapped[int] = mapped_column(Integer, primary_key=True)
+    min_value: Mapped[float | None] = mapped_column(Float, default=None)
+    min_step: Mapped[int | None] = mapped_column(Integer, default=None)
+    max_value: Mapped[float | None] = mapped_column(Float, default=None)
+    max_step: Mapped[int | None] = mapped_column(Integer, default=None)
+    last_step: Mapped[int] = mapped_column(Integer)
+
+
+ROLLUP_BLOCK = 50  # steps per rollup row
+# Recompute the rollup rows of every block a statement touched. NULL values are left out
+# of the extremes (PostgreSQL sorts a NULL array element above every number).
+_ROLLUP_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION tuneyard_metric_rollup() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO metric_rollups (job_id, kind, block, min_value, min_step, max_value, max_step,
+                              last_step)
+  SELECT m.job_id, m.kind, t.block,
+         min(x.v), ((min(ARRAY[x.v, m.step::float8]) FILTER (WHERE x.v IS NOT NULL)))[2]::int,
+         max(x.v), ((max(ARRAY[x.v, m.step::float8]) FILTER (WHERE x.v IS NOT NULL)))[2]::int,
+         max(m.step)
+  FROM (SELECT DISTINCT job_id, kind, step / {ROLLUP_BLOCK} AS block FROM touched) t
+  JOIN metrics m ON m.job_id = t.job_id AND m.kind = t.kind
+   AND m.step >= t.block * {ROLLUP_BLOCK} AND m.step < (t.block + 1) * {ROLLUP_BLOCK}
+  CROSS JOIN LATERAL (SELECT CASE WHEN m.kind = 'val' THEN m.val_loss ELSE m.loss END AS v) x
+  GROUP BY m.job_id, m.kind, t.block
+  ON CONFLICT (job_id, kind, block) DO UPDATE SET
+    min_value = EXCLUDED.min_value, min_step = EXCLUDED.min_step,
+    max_value = EXCLUDED.max_value, max_step = EXCLUDED.max_step,
+    last_step = EXCLUDED.last_step;
+  RETURN NULL;
+END $$;
+"""
+ROLLUP_DDL = (
+    _ROLLUP_FUNCTION,
+    "CREATE TRIGGER tuneyard_metric_rollup_insert AFTER INSERT ON metrics "
+    "REFERENCING NEW TABLE AS touched FOR EACH STATEMENT "
+    "EXECUTE FUNCTION tuneyard_metric_rollup()",
+    "CREATE TRIGGER tuneyard_metric_rollup_update AFTER UPDATE ON metrics "
+    "REFERENCING NEW TABLE AS touched FOR EACH STATEMENT "
+    "EXECUTE FUNCTION tuneyard_metric_rollup()",
+)
+ROLLUP_DROP = (
+    "DROP TRIGGER IF EXISTS tuneyard_metric_rollup_insert ON metrics",
+    "DROP TRIGGER IF EXISTS tuneyard_metric_rollup_update ON metrics",
+    "DROP FUNCTION IF EXISTS tuneyard_metric_rollup()",
+)
+for _statement in ROLLUP_DDL:  # create_all (tests, the embedded default) gets them too
+    event.listen(Metric.__table__, "after_create", DDL(_statement).execute_if(dialect="postgresql"))
 
 
 class JobLog(Base):

@@ -7,6 +7,7 @@ import uuid
 import pytest
 from sqlalchemy import insert
 
+from jobs.store import metric_reads as reads
 from jobs.store import queries as store
 from jobs.store.tables import Metric
 
@@ -27,13 +28,14 @@ def test_downsampling_val_kind_after_cursor_and_null_losses(session, project) ->
     rows = [{"kind": "val", "step": s, "val_loss": float(s % 9)} for s in range(1, 301)]
     rows += [{"kind": "train", "step": s, "loss": None} for s in range(1, 301)]
     _metrics(session, job_id, rows)
-    got, downsampled = store.metrics_downsampled(session, job_id, "val", 100, 21)
+    got, downsampled = reads.metrics_downsampled(session, job_id, "val", 100, 21)
     steps = [r["step"] for r in got]
     assert downsampled and len(steps) <= 21 and steps[0] > 100 and steps[-1] == 300
     assert {r["val_loss"] for r in got} >= {0.0, 8.0}
-    nulls, _ = store.metrics_downsampled(session, job_id, "train", None, 11)
-    assert [r["step"] for r in nulls] == [300]  # no loss to rank: only the last step
-    none, downsampled = store.metrics_downsampled(session, str(uuid.uuid4()), "train", None, 10)
+    nulls, _ = reads.metrics_downsampled(session, job_id, "train", None, 11)
+    # No loss to rank: each of the 3 buckets keeps its last record only.
+    assert len(nulls) == 3 and nulls[-1]["step"] == 300
+    none, downsampled = reads.metrics_downsampled(session, str(uuid.uuid4()), "train", None, 10)
     assert none == [] and not downsampled
 
 
