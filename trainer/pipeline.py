@@ -4,7 +4,7 @@
 `build_pipeline` splits the native model (`models.common.pipeline_split`): one stage per
 pp rank for the single-stage schedules (`1f1b`, `gpipe`), `layers_per_stage`-sized
 virtual stages (two per rank by default) placed round-robin for the looped ones
-(`interleaved1f1b`, `loopedbfs`, `interleavedzerobubble`). Each local stage is then
+(`interleaved1f1b`, `loopedbfs`). Each local stage is then
 sharded on this pp rank's sub-meshes in `trainer.parallelize`'s order (tensor parallel,
 activation checkpointing, FSDP2 per layer and the stage as root) and wrapped in a
 `PipelineStage`. The pruned model keeps this rank's parameters under their full-model

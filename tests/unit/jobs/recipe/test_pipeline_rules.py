@@ -76,6 +76,12 @@ def test_v_shaped_schedules_are_refused(validate, recipe, data_root):
     assert "V-shaped" in error.msg and "interleaved1f1b" in error.fix
 
 
+def test_zero_bubble_is_refused(validate, recipe, data_root):
+    recipe = pp_recipe(recipe, data_root, FOUR_LAYERS, pp_schedule="InterleavedZeroBubble")
+    error = error_at(validate(recipe, nproc_per_node=2), "distributed.pipeline.pp_schedule")
+    assert "split weight gradients" in error.msg and "loopedbfs" in error.fix
+
+
 @pytest.mark.parametrize(
     ("pipeline", "msg"),
     [({"pp_microbatch_size": 3}, "does not split"),  # local batch 4
