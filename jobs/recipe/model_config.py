@@ -302,6 +302,34 @@ def _fused_hf_class_errors(architecture: str, model: dict[str, Any]) -> list[Fie
     ]
 
 
+def expert_parallel_config_errors(
+    config: dict[str, Any] | None, distributed: dict[str, Any], model: dict[str, Any] | None = None
+) -> list[FieldError]:
+    """Settings that leave an expert-parallel architecture without native grouped experts
+    to spread: a quantized checkpoint (`quantization_config`, e.g. gpt-oss's MXFP4), and
+    the Hugging Face class (`force_hf`, another `attn_implementation`). The family's plan
+    refuses the same in the trainer."""
+    architecture = architecture_of(config) if config else None
+    if not architecture or int(distributed.get("ep_size") or 1) == 1:
+        return []
+    if not capabilities_for(architecture).supports_ep:
+        return []  # capability_errors already refuses ep for this architecture
+    model = model or {}
+    attn = model.get("attn_implementation")
+    hf_class = "loads the Hugging Face class, whose experts expert parallelism cannot spread"
+    refusals = [
+        ("distributed.ep_size", bool(config.get("quantization_config")),
+         "the checkpoint is quantized (quantization_config): no native grouped experts to spread",
+         "use a dequantized (bf16) checkpoint or set distributed.ep_size: 1"),
+        ("model.force_hf", bool(model.get("force_hf")), f"force_hf {hf_class}",
+         "remove force_hf or set distributed.ep_size: 1"),
+        ("model.attn_implementation", attn not in _NATIVE_ATTENTION,
+         f"attn_implementation {attn!r} {hf_class}",
+         "remove attn_implementation or set distributed.ep_size: 1"),
+    ]  # fmt: skip
+    return [FieldError(loc, msg, fix) for loc, refused, msg, fix in refusals if refused]
+
+
 def _sliding_window(config: dict[str, Any]) -> bool:
     if "use_sliding_window" in config:
         return bool(config["use_sliding_window"])

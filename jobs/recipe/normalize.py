@@ -45,6 +45,7 @@ from jobs.recipe.model_config import (
     check_model_kwargs,
     context_parallel_config_errors,
     estimate_param_count,
+    expert_parallel_config_errors,
     hub_cache_config,
     hub_cache_root,
     read_config_file,
@@ -325,6 +326,7 @@ def normalize_recipe(
         errors += capability_errors(info.architecture, out["distributed"], out["peft"] is not None)
         errors += context_parallel_config_errors(info.config, out["distributed"])
         errors += tensor_parallel_config_errors(info.config, out["distributed"], out.get("model"))
+        errors += expert_parallel_config_errors(info.config, out["distributed"], out.get("model"))
         errors += pipeline_config_errors(info.config, out["distributed"])
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)
     return out, setup, info, errors, warnings
