@@ -1,15 +1,16 @@
 """Context parallelism: `cp_size: 2` jobs train to the end and equal a 1-process run.
 
-A cp 2 run on 2 gloo ranks and a cp 2 x dp_shard 2 run on 4 ranks each build their mesh
-(the cp axis beside dp_shard, FSDP2 sharding over both), train the tiny native Llama to the
-end and report losses, gradient norms, token counts and validation losses equal to a
-1-process run of the same global batch, and so do cp 2 x tp 2 with sequence parallelism
-on 4 ranks and LoRA under cp 2 (to 1e-5 relative, float32: only the reduction order
-differs). Rows have uneven lengths, so each batch is right-padded to a multiple of 2*cp
-before it is cut into the ranks' chunk pairs. The cp 2 run's checkpoint loads in plain
-transformers with the trainer's validation loss, and a cp 2 run killed after its first
-checkpoint resumes from it with later losses equal to the uninterrupted run's to 1e-6.
-Attention dropout is off so runs with different layouts draw the same numbers.
+A cp 2 run on 2 gloo ranks and a cp 2 x dp_shard 2 run on 4 ranks (with activation
+checkpointing) each build their mesh (the cp axis beside dp_shard, FSDP2 sharding over
+both), train the tiny native Llama to the end and report losses, gradient norms, token
+counts and validation losses equal to a 1-process run of the same global batch (to 1e-5
+relative, float32: only the reduction order differs); so do cp 2 x tp 2 with sequence
+parallelism on 4 ranks and LoRA under cp 2. Rows have uneven lengths, so each batch is
+right-padded to a multiple of 2*cp before it is cut into the ranks' chunk pairs. The cp 2
+run's checkpoint loads in plain transformers with the trainer's validation loss, and a
+cp 2 run killed after its first checkpoint resumes from it with later losses equal to the
+uninterrupted run's to 1e-6. Attention dropout is off so runs with different layouts draw
+the same numbers.
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ def test_cp2_matches_a_one_process_run(cp_run: RunResult, one_process_run: RunRe
 
 
 def test_cp2_by_dp2_on_four_ranks_matches_a_one_process_run(assets: Assets) -> None:
-    run = launch(assets, "cp2-dp2", cp_recipe(assets, CP, 4), nproc=4)
+    # with activation checkpointing: the recomputed forward all-gathers K/V again
+    distributed = {**CP, "activation_checkpointing": True}
+    run = launch(assets, "cp2-dp2", cp_recipe(assets, distributed, 4), nproc=4)
     assert run.returncode == 0, run.output[-3000:]
     started = run.events()[0]
     assert started["mesh_shape"] == {"dp_shard": 2, "cp": 2, "tp": 1}
