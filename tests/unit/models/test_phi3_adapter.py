@@ -147,3 +147,12 @@ def test_per_key_load_targets_are_refused_with_the_reason(hf_model):
     model = AutoModelForCausalLM.from_config(hf_model.config)
     with pytest.raises(FusedMappingError, match="feed several parameters"):
         model.hf_load_targets()
+
+
+def test_sharded_hf_checkpoint_loads_exactly(hf_model, tmp_path):
+    hf_model.save_pretrained(tmp_path, max_shard_size="40KB")
+    assert len(list(tmp_path.glob("*.safetensors"))) > 1
+    model = AutoModelForCausalLM.from_pretrained(tmp_path)
+    ref = A.from_hf(hf_model.state_dict(), hf_model.config)
+    for key, tensor in model.state_dict().items():
+        assert torch.equal(tensor, ref[key]), key
