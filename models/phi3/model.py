@@ -7,9 +7,9 @@ does). Hugging Face checkpoints fuse q/k/v and gate/up; native keeps them separa
 common dense tensor-parallel plan applies) and `Phi3StateDictAdapter` splits them on load
 and fuses them on save, reading and writing one tensor at a time. Residual dropout
 (`resid_pdrop`) wraps each block's output (`models.phi3.layers`); `embd_pdrop` is unused,
-as in transformers.
-Nothing is fp32-sensitive (no router, sink or per-head scale). Tied embeddings: both
-(Phi-3-mini/medium untied, Phi-4-mini tied).
+as in transformers. Nothing is fp32-sensitive (no router, sink or per-head scale), so
+`_keep_in_fp32_modules_strict` stays empty. Tied embeddings: both (Phi-3-mini/medium
+untied, Phi-4-mini tied).
 """
 
 from __future__ import annotations
