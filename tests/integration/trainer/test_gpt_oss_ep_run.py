@@ -6,38 +6,18 @@ the fp32 router and the alternating sliding/full layers run as in a real checkpo
 run trains 10 steps (loss falls) and saves a checkpoint whose consolidated model is
 transformers' layout (the grouped expert projections transposed back by the state-dict
 adapter): plain transformers loads it and reproduces the trainer's validation loss. A
-second launch resumes from that checkpoint and trains on to step 14.
+second launch resumes from that checkpoint and trains on to step 14. The model is the
+shipped example's (examples/llm_finetune/build_tiny_gpt_oss.py).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import torch
 from trainer_harness import Assets, RunResult, base_recipe, launch, transformers_val_loss
 
+from examples.llm_finetune.build_tiny_gpt_oss import build_tiny_gpt_oss
+
 pytestmark = pytest.mark.slow
-
-
-def build_tiny_gpt_oss(directory: Path) -> Path:
-    from transformers import AutoModelForCausalLM, GptOssConfig
-
-    from trainer.assets import build_tokenizer
-
-    build_tokenizer(directory, vocab_size=512)
-    config = GptOssConfig(
-        vocab_size=512, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
-        num_experts_per_tok=2, sliding_window=8, max_position_embeddings=256,
-        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
-                         "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
-                         "original_max_position_embeddings": 64},
-        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(directory)
-    return directory
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,17 @@ parallelism is refused at `distributed.tp_size` (no tensor-parallel plan). With 
 a quantized (MXFP4) checkpoint, `force_hf` and another `attn_implementation` are refused
 at their field: each leaves no native grouped experts to spread, as the trainer would
 find. Without expert parallelism the quantized checkpoint is accepted (it loads the
-Hugging Face class, data parallel).
+Hugging Face class, data parallel). The shipped tiny example
+(examples/llm_finetune/tiny_gpt_oss_ep.yaml) validates with its assets built.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from recipe_asserts import error_at, write_model_dir
+
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "llm_finetune"
 
 GPT_OSS_CONFIG = {
     "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "vocab_size": 512,
@@ -69,3 +74,17 @@ def test_the_hugging_face_class_refuses_expert_parallelism(validate, recipe, dat
     forced["model"]["attn_implementation"] = "eager"
     result = validate(forced, nproc_per_node=2)
     assert result.valid, [str(e) for e in result.errors]
+
+
+def test_the_tiny_example_validates_with_its_assets(validate, data_root, squad_dir):
+    from examples.llm_finetune.build_tiny_gpt_oss import build_tiny_gpt_oss
+
+    model_dir = build_tiny_gpt_oss(data_root / "tiny_gpt_oss")
+    overrides = [
+        f"--model.pretrained_model_name_or_path={model_dir}",
+        f"--dataset.path_or_dataset={squad_dir}",
+        f"validation_dataset.path_or_dataset={squad_dir}",
+    ]
+    result = validate(EXAMPLES / "tiny_gpt_oss_ep.yaml", overrides, nproc_per_node=2)
+    assert result.valid, [str(e) for e in result.errors]
+    assert result.plan["architecture"] == "GptOssForCausalLM" and result.plan["ep_size"] == 2
