@@ -1,50 +1,145 @@
-"""Training FLOPs per token from a model config, the numerator of MFU.
+"""Parameter counts and training FLOPs per token from a model config, torch-free.
 
-`model_flops_per_token` reads a transformers config or the same fields as a plain dict,
-and counts only the matmuls a token passes through: every layer's attention and MLP
-projections (for MoE, the router and the routed experts a token actually visits), the
-lm_head, and the attention scores over the sequence.
+Each native family lists its weights from the config alone (`family_weights`, keyed by the
+registry row's `family`): every tensor's shape, how many the model holds, and how many of
+them one token passes through (for MoE, the routed experts it visits). From that list come
+the exact parameter count the native class builds (`param_count`, tested against
+`sum(p.numel())` for every registered family), the LoRA adapter sizes (`lora_params`) and
+the FLOPs per token behind MFU and the plan's time estimate (`model_flops_per_token`).
+Architectures without a native class are counted as Llama-style (config arithmetic).
+Validation imports this module without torch; it reads a transformers config or the same
+fields as a plain dict.
 """
 
 from __future__ import annotations
 
+import fnmatch
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from models.common.family_weights import FAMILY_WEIGHTS, Weight, cfg, dense_weights
+from models.registry import entry_for_model_type, get_entry
 
-def _cfg(config: Any, name: str, default: Any = None) -> Any:
-    if isinstance(config, dict):
-        return config.get(name, default)
-    return getattr(config, name, default)
-
-
-def model_flops_per_token(config: Any, seq_len: int) -> float:
-    """Training FLOPs per token: 6 * (active matmul params) + 12 * layers * heads * head_dim * seq.
-
-    Matmul parameters are the attention and MLP projections of every layer (for MoE: the
-    router plus `num_experts_per_tok` routed experts and any shared expert) and the lm_head;
-    the embedding lookup gathers rows rather than multiplying, so it is left out. The
-    attention term counts the score and value matmuls, forward and backward.
-    """
-    hidden = int(_cfg(config, "hidden_size"))
-    layers = int(_cfg(config, "num_hidden_layers"))
-    heads = int(_cfg(config, "num_attention_heads"))
-    kv_heads = int(_cfg(config, "num_key_value_heads") or heads)
-    head_dim = int(_cfg(config, "head_dim") or hidden // heads)
-    vocab = int(_cfg(config, "vocab_size"))
-    attn = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-    per_layer_mlp = [_mlp_params(config, hidden, i) for i in range(layers)]
-    active = layers * attn + sum(per_layer_mlp) + hidden * vocab
-    return float(6 * active + 12 * layers * heads * head_dim * seq_len)
+__all__ = [
+    "FAMILY_WEIGHTS",
+    "FlopsBreakdown",
+    "Weight",
+    "family_of",
+    "flops_breakdown",
+    "lora_params",
+    "model_flops_per_token",
+    "model_weights",
+    "param_count",
+]
 
 
-def _mlp_params(config: Any, hidden: int, layer: int) -> int:
-    experts = int(_cfg(config, "num_experts") or _cfg(config, "num_local_experts") or 0)
-    sparse_step = int(_cfg(config, "decoder_sparse_step") or 1)
-    dense_layers = _cfg(config, "mlp_only_layers") or []
-    is_moe = experts > 0 and layer not in dense_layers and (layer + 1) % sparse_step == 0
-    if not is_moe:
-        return 3 * hidden * int(_cfg(config, "intermediate_size"))
-    top_k = int(_cfg(config, "num_experts_per_tok") or 1)
-    expert_inter = int(_cfg(config, "moe_intermediate_size") or _cfg(config, "intermediate_size"))
-    shared_inter = int(_cfg(config, "shared_expert_intermediate_size") or 0)
-    return hidden * experts + top_k * 3 * hidden * expert_inter + 3 * hidden * shared_inter
+def family_of(config: Any) -> str | None:
+    """The registry family of a config (its first architecture, else its model_type)."""
+    archs = cfg(config, "architectures") or []
+    entry = get_entry(archs[0]) if isinstance(archs, list) and archs else None
+    model_type = cfg(config, "model_type")
+    if entry is None and isinstance(model_type, str):
+        entry = entry_for_model_type(model_type)
+    return entry.family if entry else None
+
+
+def model_weights(config: Any, family: str | None = None) -> list[Weight]:
+    """Every weight of the model `config` describes; `family` is the registry row's (read
+    from the config when not given). Unregistered families are counted Llama-style."""
+    family = family or family_of(config)
+    build: Callable[[Any], list[Weight]] = FAMILY_WEIGHTS.get(family or "", dense_weights)
+    return build(config)
+
+
+def param_count(config: Any, family: str | None = None) -> int:
+    """Parameters the model holds (tied embeddings counted once)."""
+    return sum(w.total for w in model_weights(config, family))
+
+
+def _targeted(weight: Weight, targets: list[str] | None, exclude: list[str] | None) -> bool:
+    """Whether a LoRA adapter wraps this weight, as the trainer's peft setup matches names:
+    every linear layer but the lm_head for `match_all_linear` (no `targets`), else a plain
+    name matches the last name part and a glob the full module name."""
+    if weight.kind != "linear" or weight.name == "lm_head":
+        return False
+    leaf = weight.name.rsplit(".", 1)[-1]
+    full = f"model.layers.0.{weight.name}"
+
+    def matches(pattern: str) -> bool:
+        return fnmatch.fnmatchcase(full, pattern) if set("*?[") & set(pattern) else leaf == pattern
+
+    if exclude and any(matches(p) for p in exclude):
+        return False
+    return not targets or any(matches(p) for p in targets)
+
+
+def lora_params(
+    weights: list[Weight],
+    rank: int,
+    targets: list[str] | None = None,
+    exclude: list[str] | None = None,
+) -> tuple[int, int]:
+    """(adapter parameters in the model, adapter parameters one token passes through)."""
+    total = active = 0
+    for weight in weights:
+        if _targeted(weight, targets, exclude):
+            size = rank * (weight.shape[0] + weight.shape[1])
+            total, active = total + size * weight.count, active + size * weight.per_token
+    return total, active
+
+
+@dataclass(frozen=True)
+class FlopsBreakdown:
+    """Training FLOPs per token: weight matmuls, attention scores, LoRA adapters."""
+
+    matmul: float
+    attention: float
+    adapters: float
+
+    @property
+    def total(self) -> float:
+        return self.matmul + self.attention + self.adapters
+
+
+def _attention_flops(config: Any, seq_len: int) -> float:
+    """Forward FLOPs per token of the score (q.k) and value (p.v) matmuls over `seq_len`
+    (no causal halving, the convention published MFU figures use)."""
+    layers = int(cfg(config, "num_hidden_layers"))
+    heads = int(cfg(config, "num_attention_heads"))
+    head_dim = int(cfg(config, "head_dim") or int(cfg(config, "hidden_size")) // heads)
+    nope, rope = cfg(config, "qk_nope_head_dim"), cfg(config, "qk_rope_head_dim")
+    qk_dim = int(nope) + int(rope) if nope and rope else head_dim
+    v_dim = int(cfg(config, "v_head_dim") or head_dim)
+    return float(2 * layers * heads * (qk_dim + v_dim) * seq_len)
+
+
+def flops_breakdown(
+    config: Any,
+    seq_len: int,
+    family: str | None = None,
+    lora: tuple[int, list[str] | None, list[str] | None] | None = None,
+) -> FlopsBreakdown:
+    """Training FLOPs per token. Full fine-tuning: 3 x forward (forward, input gradient,
+    weight gradient) for every matmul a token passes through. LoRA (`lora` = rank, targets,
+    excluded): the frozen base runs forward and input gradient only (2 x forward), the
+    adapters all three; attention scores have no weights and cost 3 x forward either way."""
+    weights = model_weights(config, family)
+    forward = sum(2 * w.matmul_per_token for w in weights)
+    attention = 3 * _attention_flops(config, seq_len)
+    if lora is None:
+        return FlopsBreakdown(3.0 * forward, attention, 0.0)
+    rank, targets, exclude = lora
+    _, active = lora_params(weights, rank, targets, exclude)
+    return FlopsBreakdown(2.0 * forward, attention, 6.0 * active)
+
+
+def model_flops_per_token(
+    config: Any,
+    seq_len: int,
+    family: str | None = None,
+    lora: tuple[int, list[str] | None, list[str] | None] | None = None,
+) -> float:
+    """Training FLOPs per token (see `flops_breakdown`); the embedding lookup gathers rows
+    rather than multiplying and is left out, the lm_head is counted."""
+    return flops_breakdown(config, seq_len, family, lora).total
