@@ -2,14 +2,18 @@
 
 Loads 200k MetricsSample rows into a throwaway PostgreSQL database with COPY, serves the API
 with uvicorn, and times over HTTP (median of N): the downsampled history
-(`max_points=1000`, whole run) and the last 1,000 raw records (`after_step=199000`), and
-prints their ratio. Run: `python bench/bench_api_metrics.py [--rows 200000] [--repeat 20]`.
+(`max_points=1000`, whole run), the last 1,000 raw records (`after_step=199000`), an
+empty poll (`after_step=<last step>`: nothing new) and a repeated page with its ETag
+(`If-None-Match`: 304), and prints each beside the raw page as a ratio. COPY fires the
+rollup triggers, so the downsampled read is served as in production.
+Run: `python bench/bench_api_metrics.py [--rows 200000] [--repeat 20]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import statistics
 import sys
@@ -59,16 +63,27 @@ def load_metrics(url: str, rows: int) -> str:
     return job_id
 
 
-def time_get(client: httpx.Client, path: str, params: dict, repeat: int) -> tuple[list[float], int]:
-    client.get(path, params=params)  # warm caches
+def time_get(
+    client: httpx.Client, path: str, params: dict, repeat: int, headers: dict | None = None
+) -> tuple[list[float], int]:
+    client.get(path, params=params, headers=headers)  # warm caches
     times, count = [], 0
     for _ in range(repeat):
         start = time.perf_counter()
-        answer = client.get(path, params=params)
+        answer = client.get(path, params=params, headers=headers)
         times.append((time.perf_counter() - start) * 1000)
+        if answer.status_code == 304:
+            count = 0
+            continue
         answer.raise_for_status()
         count = len(answer.json()["data"])
     return times, count
+
+
+def line(label: str, times: list[float], n: int, base: float) -> str:
+    median = statistics.median(times)
+    return (f"  {label:<28}: median {median:6.1f} ms, p99 {percentile(times, 0.99):6.1f} ms, "
+            f"{n:5d} records, {median / base:5.2f}x the raw page")  # fmt: skip
 
 
 def main() -> None:
@@ -87,16 +102,19 @@ def main() -> None:
         headers = {"Authorization": f"Bearer {key}"}
         with httpx.Client(base_url=base, headers=headers, timeout=120) as client:
             path = f"/v1/jobs/{job_id}/metrics"
+            raw_q = {"after_step": args.rows - 1000, "limit": 1000}
+            raw, n_raw = time_get(client, path, raw_q, args.repeat)
             down, n_down = time_get(client, path, {"max_points": 1000}, args.repeat)
-            raw, n_raw = time_get(client, path, {"after_step": args.rows - 1000,
-                                                 "limit": 1000}, args.repeat)  # fmt: skip
+            empty, n_empty = time_get(client, path, {"after_step": args.rows}, args.repeat)
+            etag = client.get(path, params=raw_q).headers["etag"]
+            same, _ = time_get(client, path, raw_q, args.repeat, {"If-None-Match": etag})
+    base_ms = statistics.median(raw)
     print(f"{args.rows} train records loaded with COPY in {load_s:.1f} s; "
-          f"median of {args.repeat} HTTP GETs each")  # fmt: skip
-    print(f"  max_points=1000 (whole run): median {statistics.median(down):.1f} ms, "
-          f"p99 {percentile(down, 0.99):.1f} ms, {n_down} records")  # fmt: skip
-    print(f"  last 1000 raw records      : median {statistics.median(raw):.1f} ms, "
-          f"p99 {percentile(raw, 0.99):.1f} ms, {n_raw} records")  # fmt: skip
-    print(f"  ratio downsampled / raw    : {statistics.median(down) / statistics.median(raw):.2f}x")
+          f"median of {args.repeat} HTTP GETs each, one uvicorn process, {os.cpu_count()} CPUs")  # fmt: skip
+    print(line("last 1000 raw records", raw, n_raw, base_ms))
+    print(line("max_points=1000 (whole run)", down, n_down, base_ms))
+    print(line("empty poll (nothing new)", empty, n_empty, base_ms))
+    print(line("same page, If-None-Match", same, 0, base_ms))
 
 
 if __name__ == "__main__":

@@ -211,22 +211,27 @@ class MetricRollup(Base):
 
 
 ROLLUP_BLOCK = 50  # steps per rollup row
-# Recompute the rollup rows of every block a statement touched. NULL values are left out
-# of the extremes (PostgreSQL sorts a NULL array element above every number).
+# Recompute the rollup rows of the blocks a statement touched: per job and kind, every block
+# from its lowest to its highest touched step (one index range scan; ingestion batches and
+# replays are contiguous). Recomputing a block is always right, so a sparse statement only
+# costs extra work. NULL values are left out of the extremes (PostgreSQL sorts a NULL array
+# element above every number).
 _ROLLUP_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION tuneyard_metric_rollup() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   INSERT INTO metric_rollups (job_id, kind, block, min_value, min_step, max_value, max_step,
                               last_step)
-  SELECT m.job_id, m.kind, t.block,
+  SELECT m.job_id, m.kind, m.step / {ROLLUP_BLOCK},
          min(x.v), ((min(ARRAY[x.v, m.step::float8]) FILTER (WHERE x.v IS NOT NULL)))[2]::int,
          max(x.v), ((max(ARRAY[x.v, m.step::float8]) FILTER (WHERE x.v IS NOT NULL)))[2]::int,
          max(m.step)
-  FROM (SELECT DISTINCT job_id, kind, step / {ROLLUP_BLOCK} AS block FROM touched) t
+  FROM (SELECT job_id, kind, min(step) AS lo, max(step) AS hi FROM touched
+        GROUP BY job_id, kind) t
   JOIN metrics m ON m.job_id = t.job_id AND m.kind = t.kind
-   AND m.step >= t.block * {ROLLUP_BLOCK} AND m.step < (t.block + 1) * {ROLLUP_BLOCK}
+   AND m.step >= t.lo / {ROLLUP_BLOCK} * {ROLLUP_BLOCK}
+   AND m.step < (t.hi / {ROLLUP_BLOCK} + 1) * {ROLLUP_BLOCK}
   CROSS JOIN LATERAL (SELECT CASE WHEN m.kind = 'val' THEN m.val_loss ELSE m.loss END AS v) x
-  GROUP BY m.job_id, m.kind, t.block
+  GROUP BY m.job_id, m.kind, m.step / {ROLLUP_BLOCK}
   ON CONFLICT (job_id, kind, block) DO UPDATE SET
     min_value = EXCLUDED.min_value, min_step = EXCLUDED.min_step,
     max_value = EXCLUDED.max_value, max_step = EXCLUDED.max_step,
