@@ -67,3 +67,24 @@ def test_lora_and_context_parallel_are_refused_at_submit():
     assert (
         capability_errors("Phi3ForCausalLM", {"tp_size": 2, "sequence_parallel": True}, False) == []
     )
+
+
+def test_class_agrees_with_its_registry_row():
+    from models import registry
+    from models.phi3.parallelize import PHI3_PLAN
+    from models.phi3.state_dict_adapter import Phi3StateDictAdapter
+
+    entry = registry.get_entry("Phi3ForCausalLM")
+    assert registry.load_class(entry) is Phi3ForCausalLM
+    assert Phi3ForCausalLM.tie_word_embeddings_support is entry.tie_support
+    assert "capabilities" in vars(Phi3ForCausalLM) and "get_capabilities" not in vars(
+        Phi3ForCausalLM
+    )
+    assert Phi3ForCausalLM.capabilities == entry.capabilities
+    caps = entry.capabilities
+    assert caps.supports_tp and caps.supports_sequence_parallel and caps.supports_fsdp
+    assert not (caps.supports_lora or caps.supports_pp or caps.supports_cp or caps.supports_ep)
+    assert registry.load_parallel_plan(entry) is PHI3_PLAN
+    assert registry.load_state_dict_adapter(entry) is Phi3StateDictAdapter
+    assert entry.config_model_types == (phi3_config().model_type,) == ("phi3",)
+    assert Phi3ForCausalLM._keep_in_fp32_modules_strict == []
