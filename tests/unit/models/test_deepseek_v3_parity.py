@@ -233,3 +233,26 @@ def test_registry_row_agrees_with_the_class_and_tied_configs_are_refused():
         AutoModelForCausalLM.from_config(tiny_config(tie_word_embeddings=True))
     native = AutoModelForCausalLM.from_config(tiny_config())
     assert native.lm_head.weight is not native.model.embed_tokens.weight
+
+
+def test_moonlight_style_config_loads_natively_without_remote_code(tmp_path):
+    """Moonlight ships DeepSeek-V3 weights with an `auto_map` to remote code and extra
+    router keys; transformers' own config class reads it, and the native class runs it."""
+    import json
+
+    hf, directory = _hf_checkpoint(
+        tmp_path, q_lora_rank=None, n_group=1, topk_group=1, n_shared_experts=2
+    )
+    config = json.loads((directory / "config.json").read_text())
+    config.update(
+        auto_map={"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                  "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"},
+        scoring_func="sigmoid", topk_method="noaux_tc", moe_layer_freq=1, rope_scaling=None,
+    )  # fmt: skip
+    (directory / "config.json").write_text(json.dumps(config))
+    native = AutoModelForCausalLM.from_pretrained(directory)
+    assert native.tuneyard_backend == "native"
+    ids = torch.randint(1, VOCAB, (2, 12))
+    torch.testing.assert_close(
+        native(input_ids=ids).logits, hf(input_ids=ids).logits, atol=ATOL, rtol=0
+    )
