@@ -4,7 +4,8 @@ FSDP units are the decoder layers, as for every dense family; FSDP2 shards the g
 expert tensors and the fp32 router like any other parameter. Expert parallelism spreads
 each `GroupedExperts` module's experts over a 1-D `ep` mesh (`shard_experts`, see
 `expert_parallel.py`), and the returned DTensor parameters are the ones data parallelism
-must leave alone. Sparse layers have no `mlp.{gate,up,down}_proj` linears, so the
+must leave alone; that part is `ExpertParallelMixin`, which other families whose MoE
+blocks hold `GroupedExperts` (DeepSeek-V3) mix into their own plans. Sparse layers have no `mlp.{gate,up,down}_proj` linears, so the
 tensor-parallel plan refuses them (a config whose layers are all dense is a Qwen3 stack and
 gets Qwen3's plan); there is no tensor-parallel plan for the experts.
 """
