@@ -48,8 +48,9 @@ class GptOssStateDictAdapter:
     # Every target, the transposed views included, writes through to FSDP2-sharded storage
     # (tests/unit/models/test_gpt_oss_shard_load.py). Declined all the same: gpt-oss trains
     # with expert parallelism, and the shard-only path's `to_empty` after the trainer's
-    # parallelize (experts spread, FSDP2 told to ignore them) leaves the expert parameters
-    # with zero gradients, so a run with ep_size > 1 must keep the full-model load.
+    # parallelize swaps the expert DTensor parameters' contents, which drops the 1/ep_size
+    # gradient hook `trainer.parallelize.apply_expert_parallel` registered on them (expert
+    # gradients come out ep_size times too large), so such runs keep the full-model load.
     supports_low_memory_dcp_load = False
 
     @staticmethod

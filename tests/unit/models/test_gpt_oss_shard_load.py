@@ -5,7 +5,8 @@ FSDP2 is filled tensor by tensor (`models.common.shard_load.fill_sharded`) throu
 adapter's targets, the transposed expert views included: it equals the full load exactly,
 and sentinels written through every target reach the parameters' storage. The family still
 declines the capability (`supports_low_memory_dcp_load = False`, so the trainer keeps the
-full load), because expert-parallel runs lose the expert gradients on that path.
+full load), because on that path `to_empty` drops the expert parameters' gradient
+hooks that expert parallelism registers.
 """
 
 from __future__ import annotations
