@@ -109,3 +109,19 @@ def test_lora_keeps_the_correction_bias_and_round_trips_save_reload_resume(tmp_p
     resumed_opt.load_state_dict(copy.deepcopy(optimizer.state_dict()))  # as if from disk
     assert _steps(resumed, resumed_opt, ids, 2) == _steps(model, optimizer, ids, 2)
     assert torch.equal(_router(resumed).e_score_correction_bias, bias)
+
+
+def test_explicit_lora_targets_leave_router_and_experts_fully_frozen():
+    import dataclasses
+
+    torch.manual_seed(0)
+    targets = dataclasses.replace(
+        LORA, match_all_linear=False, target_modules=["q_a_proj", "kv_b_proj", "o_proj"]
+    )
+    model = apply_peft(AutoModelForCausalLM.from_config(tiny_config()), targets)
+    adapted = {n.split(".lora_")[0] for n, p in model.named_parameters() if p.requires_grad}
+    assert adapted and all(n.rsplit(".", 1)[-1] in ("q_a_proj", "kv_b_proj", "o_proj")
+                           for n in adapted)  # fmt: skip
+    moe = model.get_base_model().model.layers[1].mlp
+    assert type(moe.gate) is GroupLimitedRouter  # not wrapped by peft
+    assert not any(p.requires_grad for p in moe.parameters())
