@@ -101,9 +101,10 @@ for _entry in (
               notes="DeepSeek-V3 and Moonlight: latent attention, sigmoid group-limited router "
                     "(fp32, correction bias frozen), shared experts; expert parallelism over "
                     "all data-parallel ranks; tensor parallelism splits attention heads and "
-                    "shared experts (routed experts replicated); LoRA (peft adapts the "
-                    "attention, router weight and routed down_proj; the correction bias stays "
-                    "frozen); FP8-quantized checkpoints load with the HF class",
+                    "shared experts (routed experts replicated); LoRA (match_all_linear also "
+                    "adapts the router weight and routed down_proj, as peft maps deepseek_v3; "
+                    "the correction bias stays frozen); FP8-quantized checkpoints load with "
+                    "the HF class",
               config_model_types=("deepseek_v3",),
               parallel_plan="models.deepseek_v3.parallelize:DEEPSEEK_V3_PLAN",
               state_dict_adapter="models.deepseek_v3.state_dict_adapter:DeepseekV3StateDictAdapter"),
