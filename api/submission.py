@@ -41,6 +41,7 @@ class Validated:
     plan: dict[str, Any]
     resources: dict[str, Any]
     queue: str
+    spec: dict[str, Any]  # the request as JSON, dumped once
 
 
 def queue_for(resources: dict[str, Any]) -> str:
@@ -123,7 +124,8 @@ def check_request(
     out_of_bounds = check_bounds(body.recipe) if body.recipe is not None else []
     if out_of_bounds:
         raise InvalidRequest(out_of_bounds)
-    bad_text = unstorable_text(body.model_dump(mode="json"))
+    spec = body.model_dump(mode="json")
+    bad_text = unstorable_text(spec)
     if bad_text:
         raise InvalidRequest(bad_text[:20])
     resources = body.resources.model_dump()
@@ -135,7 +137,7 @@ def check_request(
         raise InvalidRequest(result.errors or [FieldError("recipe", "invalid", "")])
     queue = queue_for(resources)
     plan = _with_worker_check(result.plan, queue, session, settings)
-    return Validated(result.recipe, plan, resources, queue)
+    return Validated(result.recipe, plan, resources, queue, spec)
 
 
 def _with_worker_check(
@@ -170,7 +172,7 @@ def replayed_job(
 
 
 def new_job(body: JobCreate, checked: Validated, idempotency_key: str | None) -> store.NewJob:
-    spec = body.model_dump(mode="json")
+    spec = checked.spec
     return store.NewJob(
         name=body.name or _default_name(checked.recipe),
         spec=spec,

@@ -1,10 +1,13 @@
-"""Benchmark: `POST /v1/jobs` latency at 50 concurrent clients on PostgreSQL.
+"""Benchmark: `POST /v1/jobs` at 50 concurrent clients on PostgreSQL, against its floor.
 
-Starts `uvicorn api.main:app` (one process) on a throwaway PostgreSQL database
-(`tuneyard_api_test_bench_*`) with the broker on Redis DB 1, so each request runs the full
-path: auth, validation, insert, commit, enqueue. Prints median and p99 latency and
-throughput. Run: `python bench/bench_api_submit.py [--requests 500] [--concurrency 50]`.
-Also provides the server fixture `bench_api_metrics.py` reuses.
+Each run starts, on a throwaway PostgreSQL database (`tuneyard_api_test_bench_*`) with the
+broker on Redis DB 1, first the bare floor app (`bench_api_floor.py`: key lookup, insert job
+and event in one transaction, enqueue) and then `uvicorn api.main:app` (the full path:
+auth, validation, insert, commit, enqueue), and sends both the same requests. Prints median,
+p99 and throughput side by side, the ratio tuneyard / floor, and how many submits logged
+"broker refused". Run: `python bench/bench_api_submit.py [--requests 500]
+[--concurrency 50] [--runs 1] [--workers 1]`. Also provides the server fixture
+`bench_api_metrics.py` reuses.
 """
 
 from __future__ import annotations
@@ -74,7 +77,9 @@ def write_assets(root: Path) -> dict:
 
 
 @contextlib.contextmanager
-def api_server(url: str, tmp: Path) -> Iterator[tuple[str, str]]:
+def api_server(
+    url: str, tmp: Path, app: str = "api.main:app", workers: int = 1, log: Path | None = None
+) -> Iterator[tuple[str, str]]:
     """A migrated database, a submit key and a running uvicorn; yields (base_url, key)."""
     from jobs.store.api_keys import create_api_key
     from jobs.store.engine import session_scope, upgrade_database
@@ -82,15 +87,16 @@ def api_server(url: str, tmp: Path) -> Iterator[tuple[str, str]]:
 
     env = {**os.environ, "TUNEYARD_DATABASE_URL": url, "TUNEYARD_BROKER_URL": REDIS_URL,
            "TUNEYARD_HOME": str(tmp / "home"), "TUNEYARD_DATA_ROOTS": str(tmp),
-           "PYTHONPATH": str(REPO)}  # fmt: skip
+           "PYTHONPATH": f"{REPO}:{REPO / 'bench'}", "TUNEYARD_LOG_FORMAT": "text"}  # fmt: skip
     settings = Settings(database_url=url)
     upgrade_database(settings)
     with session_scope(settings) as session:
         key = create_api_key(session, "bench", "submit")[1]
     port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", "api.main:app", "--port", str(port),
+    cmd = [sys.executable, "-m", "uvicorn", app, "--port", str(port), "--workers", str(workers),
            "--log-level", "warning", "--no-access-log"]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, cwd=tmp)
+    out = log.open("ab") if log else None
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp, stderr=out)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -102,6 +108,8 @@ def api_server(url: str, tmp: Path) -> Iterator[tuple[str, str]]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        if out:
+            out.close()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -130,27 +138,56 @@ async def post_many(base: str, key: str, body: dict, total: int, concurrency: in
     return latencies
 
 
+def run_once(
+    url: str, tmp: Path, app: str, body: dict, args: argparse.Namespace, workers: int = 1
+) -> tuple[list[float], float, int]:
+    """(latencies, wall seconds, "broker refused" lines) for one server on `url`."""
+    log = tmp / f"{app.split(':')[0].replace('.', '_')}.log"
+    log.write_bytes(b"")
+    with api_server(url, tmp, app, workers, log) as (base, key):
+        asyncio.run(post_many(base, key, body, 20, 10))  # warm-up
+        start = time.perf_counter()
+        latencies = asyncio.run(post_many(base, key, body, args.requests, args.concurrency))
+        wall = time.perf_counter() - start
+    return latencies, wall, log.read_text(errors="replace").count("broker refused")
+
+
+def summary(label: str, latencies: list[float], wall: float, requests: int) -> tuple[str, float]:
+    ms = sorted(x * 1000 for x in latencies)
+    rate = requests / wall
+    return (f"  {label:<22} median {statistics.median(ms):7.1f} ms   p99 "
+            f"{percentile(ms, 0.99):7.1f} ms   p99/median {percentile(ms, 0.99) / statistics.median(ms):4.1f}"
+            f"   {rate:6.1f} req/s"), rate  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1, help="tuneyard api processes")
     args = parser.parse_args()
     import redis
 
-    with tempfile.TemporaryDirectory() as tmp, pg_database() as url:
-        recipe = write_assets(Path(tmp))
-        with api_server(url, Path(tmp)) as (base, key):
-            body = {"recipe": recipe}
-            asyncio.run(post_many(base, key, body, 20, 10))  # warm-up
-            start = time.perf_counter()
-            latencies = asyncio.run(post_many(base, key, body, args.requests, args.concurrency))
-            wall = time.perf_counter() - start
-        redis.Redis.from_url(REDIS_URL).flushdb()
-    ms = [x * 1000 for x in latencies]
     print(f"POST /v1/jobs on PostgreSQL, {args.concurrency} concurrent clients, "
-          f"{args.requests} requests (1 uvicorn process, {os.cpu_count()} CPUs)")  # fmt: skip
-    print(f"  median {statistics.median(ms):.1f} ms   p99 {percentile(ms, 0.99):.1f} ms   "
-          f"max {max(ms):.1f} ms   throughput {args.requests / wall:.1f} req/s")  # fmt: skip
+          f"{args.requests} requests per run, {os.cpu_count()} CPUs")  # fmt: skip
+    refused_total, ratios = 0, []
+    for run in range(args.runs):
+        with tempfile.TemporaryDirectory() as tmp, pg_database() as url:
+            body = {"recipe": write_assets(Path(tmp))}
+            floor = run_once(url, Path(tmp), "bench_api_floor:app", body, args)
+            ours = run_once(url, Path(tmp), "api.main:app", body, args, args.workers)
+            redis.Redis.from_url(REDIS_URL).flushdb()
+        floor_line, floor_rate = summary("floor app (1 process)", floor[0], floor[1], args.requests)
+        ours_line, ours_rate = summary(f"tuneyard api ({args.workers} proc)", ours[0], ours[1],
+                                       args.requests)  # fmt: skip
+        refused_total += ours[2]
+        ratios.append(ours_rate / floor_rate)
+        print(f"run {run + 1}:\n{floor_line}\n{ours_line}\n  throughput ratio tuneyard/floor "
+              f"{ratios[-1]:.2f}x   'broker refused' at submit: {ours[2]}")  # fmt: skip
+    if args.runs > 1:
+        print(f"{args.runs} runs: median ratio {statistics.median(ratios):.2f}x, "
+              f"'broker refused' in all runs: {refused_total}")  # fmt: skip
 
 
 if __name__ == "__main__":

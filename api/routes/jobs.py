@@ -111,7 +111,7 @@ def create_job(
         Header(alias="Idempotency-Key", min_length=1, max_length=255,
                description="Retry-safe submission: the same key and body return the same job."),
     ] = None,
-) -> JobPublic:  # fmt: skip
+) -> Response:  # fmt: skip
     """Validate everything, store the job, then queue it. Nothing is stored when invalid.
 
     A retry with a known Idempotency-Key and the same body answers the stored job first,
@@ -134,9 +134,9 @@ def create_job(
         raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
     if created:
         send_new_job(session, job, settings)
-    else:
-        response.status_code = 200
-    return job_public(job, principal.project_name)
+    # Written here: FastAPI would validate the model it was just built from a second time.
+    return Response(job_public(job, principal.project_name).model_dump_json(),
+                    status_code=201 if created else 200, media_type="application/json")  # fmt: skip
 
 
 @router.post(

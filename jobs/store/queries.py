@@ -23,6 +23,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     func,
+    insert,
     or_,
     select,
     text,
@@ -32,7 +33,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from jobs.store.status import JobStatus
-from jobs.store.tables import Checkpoint, Job, JobEvent, JobLog, utcnow
+from jobs.store.tables import Checkpoint, Job, JobEvent, JobLog, new_job_id, utcnow
 
 
 class IdempotencyConflict(Exception):
@@ -94,12 +95,13 @@ def create_job(
         if existing is not None:
             return _replay_or_conflict(existing, new), False
     now = utcnow()
-    job = Job(project_id=project_id, status=JobStatus.QUEUED, created_at=now, updated_at=now,
-              dispatched_at=now if dispatching else None,
-              **{k: v for k, v in vars(new).items()})  # fmt: skip
-    session.add(job)
-    try:
-        session.flush()
+    values = {**vars(new), "id": new_job_id(), "project_id": project_id,
+              "status": JobStatus.QUEUED.value, "attempt": 0, "created_at": now,
+              "updated_at": now, "dispatched_at": now if dispatching else None,
+              **dict.fromkeys(("lease_owner", "lease_expires_at", "error_code",
+                               "error_message", "run_dir", "started_at", "finished_at"))}  # fmt: skip
+    try:  # Core inserts: the answer needs no ORM identity, only the values written
+        session.execute(insert(Job), [values])
     except IntegrityError:
         # Another request with the same key won the race; its row is committed now.
         session.rollback()
@@ -107,10 +109,13 @@ def create_job(
         if existing is None:
             raise
         return _replay_or_conflict(existing, new), False
-    session.add(JobEvent(job_id=job.id, attempt=0, kind="submitted", to_status=JobStatus.QUEUED,
-                         message="job submitted", data={"queue": job.queue}, created_at=now))  # fmt: skip
+    session.execute(insert(JobEvent), [{
+        "job_id": values["id"], "attempt": 0, "kind": "submitted", "from_status": None,
+        "to_status": JobStatus.QUEUED.value, "message": "job submitted",
+        "data": {"queue": new.queue}, "created_at": now,
+    }])  # fmt: skip
     session.commit()
-    return job, True
+    return Job(**values), True
 
 
 def mark_dispatched(session: Session, job_id: str) -> None:
