@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from jobs.recipe.exit_codes import ExitCode
 from jobs.recipe.typed import StepScheduler
+from trainer import fingerprint
 from trainer import pipeline as pipeline_parallel
 from trainer.checkpoint import hf_export, manager
 from trainer.context_parallel import shard_batch
@@ -34,6 +35,8 @@ from trainer.errors import TrainerError
 from trainer.loss import token_loss_sum
 from trainer.metrics import RunLog, StepMeter, ValRecord
 from trainer.parallelize import clip_grad_norm
+from trainer.recovery import DivergenceGuard
+from trainer.sample_log import StepRows
 from trainer.setup import TrainingRun
 from trainer.train_state import gather_rng, recipe_hash
 
@@ -191,6 +194,8 @@ def trainer_state(run: TrainingRun) -> dict[str, Any]:
         "peft": run.is_peft,
         "world_size": run.env.world_size,
         "dp_size": run.topology.dp_size,
+        "skipped_batches": sorted([list(p) for p in run.skipped_batches]),
+        "fingerprint": fingerprint.compute(run),  # checked after a resume (trainer.fingerprint)
     }
 
 
@@ -246,18 +251,25 @@ def _train_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCo
     schedule = run.recipe.step_scheduler
     meter = StepMeter(run.model, run.env.device, run.env.world_size)
     _announce_start(run, log)
-    stream, record = batches(run), None
+    rows = StepRows(log.run_dir, run.env.is_rank0)  # which dataset rows made each step
+    guard = DivergenceGuard(run.recipe.recovery, rows)
+    stream, record = rows.tracked(batches(run), run), None
     while run.step < run.max_steps:
         start = time.perf_counter()
         micro = [next(stream) for _ in range(run.grad_accumulation_steps)]
         epoch, micro_batches = micro[0][0], [batch for _, batch in micro]
+        positions = rows.take()
+        guard.inject_fault(run, positions)  # tests only (TUNEYARD_TEST_POISON_ROWS)
         lr = run.optimizer.param_groups[0]["lr"]
         loss, grad_norm, tokens = train_step(run, micro_batches)
         run.step += 1
         seq_len = micro_batches[0]["input_ids"].shape[1]
         record = meter.train_record(run.step, epoch, loss, grad_norm, lr, tokens, seq_len, start)
         log.record(record)
-        _stop_if_not_finite(loss, run.step)
+        rows.write_step(run, run.step, positions)
+        if guard.check(run, log, loss, positions):  # rolled back (recovery:); else raises
+            stream = rows.tracked(batches(run), run)
+            continue
         if run.val_loader is not None and _due(run.step, schedule.val_check_interval):
             val_loss, val_tokens = validate(run)
             log.record(ValRecord(run.step, epoch, val_loss, val_tokens, time.time()))
@@ -280,6 +292,7 @@ def _announce_start(run: TrainingRun, log: RunLog) -> None:
         log.event(
             "resumed", run.step, path=str(run.resumed_from), recipe_changed=run.recipe_changed
         )
+        fingerprint.verify_resume(run, log)  # resume_verified, or resume_mismatch and fail
     else:
         log.event("started", run.step, **_layout(run))
 

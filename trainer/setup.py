@@ -74,6 +74,9 @@ class TrainingRun:
     # pp_size > 1: this rank's stages and schedule (`trainer.pipeline`); `model` is then
     # the model pruned to those stages
     pipeline: Any = None
+    # micro-batch positions (epoch, batch number) a divergence rollback skips
+    # (`trainer.recovery`); kept in every later checkpoint
+    skipped_batches: set[tuple[int, int]] = field(default_factory=set)
 
 
 def architecture_of(model: nn.Module) -> str:
@@ -272,6 +275,7 @@ def _restore_training_state(run: TrainingRun, ckpt: Path) -> None:
     rng = state.get("rng") or []
     if run.env.rank < len(rng):
         restore_rng(rng[run.env.rank])
+    run.skipped_batches = {(int(e), int(n)) for e, n in state.get("skipped_batches") or []}
     run.resumed_from = ckpt
     run.recipe_changed = state.get("recipe_hash") != recipe_hash(run.recipe.to_json())
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobs.recipe.automodel_sections import recipe_family_error
 from jobs.recipe.errors import FieldError, did_you_mean
+from jobs.recipe.recovery import RecoverySection
 from jobs.recipe.schema_errors import field_errors
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -239,6 +240,7 @@ FIXED_SECTIONS: dict[str, type[Section]] = {
     "checkpoint": CheckpointSection,
     "fp8": Fp8Section,
     "qat": QatSection,
+    "recovery": RecoverySection,  # opt-in divergence recovery (`jobs.recipe.recovery`)
 }
 TOP_LEVEL_KEYS = frozenset(
     {

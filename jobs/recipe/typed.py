@@ -197,6 +197,26 @@ class Benchmark:
 
 
 @dataclass(frozen=True)
+class SpikeRule:
+    factor: float  # a loss above factor x the median of the last `window` losses spikes
+    window: int
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """`recovery:` (see `jobs.recipe.recovery`); the default fails at a non-finite loss."""
+
+    on_nan: str = "fail"  # "fail" or "rollback"
+    on_spike: SpikeRule | None = None
+    max_retries: int = 3
+    lr_scale: float = 1.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.on_nan == "rollback" or self.on_spike is not None
+
+
+@dataclass(frozen=True)
 class RestoreFrom:
     path: str  # LATEST or a checkpoint directory
 
@@ -234,6 +254,7 @@ class Recipe:
     tokenizer: TargetCall | None  # the recipe's own tokenizer section, if it has one
     wandb: Wandb | None  # trackers rank 0 logs to besides metrics.jsonl
     mlflow: Mlflow | None
+    recovery: Recovery = Recovery()  # added later: older stored recipes load without it
 
     def to_json(self) -> dict[str, Any]:
         return _dump(self)

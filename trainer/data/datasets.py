@@ -78,6 +78,7 @@ def _limit(rows: list[Any], limit: int | None) -> list[Any]:
 
 class _ListDataset(Dataset):
     samples: list[Sample]
+    row_ids: list[Any] | None = None  # the source's own `id` column, where it has one
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -190,6 +191,8 @@ class JsonlInstructionDataset(_ListDataset):
                     f"fields or a '{messages_field}' list"
                 )
             self.samples.append(sample)
+        if any("id" in row for row in rows):
+            self.row_ids = [row.get("id") for row in rows]
 
 
 def chat_sample(tokenizer: Any, messages: list[dict[str, str]], max_len: int | None) -> Sample:

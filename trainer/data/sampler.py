@@ -33,15 +33,18 @@ class ResumableBatchSampler(Sampler[list[int]]):
         self.epoch = 0
         self.batches_done = 0
 
-    def _rank_indices(self) -> list[int]:
+    def epoch_order(self, epoch: int) -> list[int]:
+        """Every rank's indices of `epoch`, interleaved (rank r takes every dp_size-th from r)."""
         if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            generator = torch.Generator().manual_seed(self.seed + epoch)
             order = torch.randperm(self.num_samples, generator=generator).tolist()
         else:
             order = list(range(self.num_samples))
         per_step = self.dp_size * (self.batch_size if self.drop_last else 1)
-        order = order[: len(order) // per_step * per_step]
-        return order[self.dp_rank :: self.dp_size]
+        return order[: len(order) // per_step * per_step]
+
+    def _rank_indices(self) -> list[int]:
+        return self.epoch_order(self.epoch)[self.dp_rank :: self.dp_size]
 
     def __len__(self) -> int:
         per_rank = len(self._rank_indices())

@@ -1,0 +1,174 @@
+"""Resume proof: a fingerprint of the training state, stored with each checkpoint and
+checked again after a resume before the first step.
+
+The fingerprint has three parts: `parameters` (a SHA-256 of every trainable parameter's
+full tensor, by name), `optimizer` (the same for every optimizer state tensor, `<param>.<key>`,
+when the checkpoint keeps optimizer state) and `probe_loss` (the loss of a fixed probe batch:
+the dataset's first rows, the same on every rank, model in eval mode, no gradients, the RNG
+untouched). Sharded tensors are hashed whole (`DTensor.full_tensor`), so the digests do
+not depend on the mesh; each rank hashes what it holds and rank lists are merged, which
+covers pipeline stages too (where there is no probe loss: stages cannot run one forward
+alone). After a resume `verify_resume` recomputes the fingerprint and writes
+`resume_verified`, or writes `resume_mismatch` naming the differing parts and fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from trainer.checkpoint import manager
+from trainer.context_parallel import shard_batch
+from trainer.distributed import all_reduce_sum
+from trainer.errors import checkpoint_error
+from trainer.loss import token_loss_sum
+from trainer.train_state import capture_rng, restore_rng
+
+PROBE_ROWS = 4  # rows of the probe batch (at most the local batch size)
+PROBE_REL_TOL = 1e-5  # the probe loss is a float reduction; ranks may sum in another order
+WRAPPER_PARTS = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
+MAX_NAMED = 8  # differing tensors named per part
+
+
+def clean_name(name: str) -> str:
+    for part in WRAPPER_PARTS:
+        name = name.replace(part, "")
+    return name
+
+
+def tensor_digest(tensor: torch.Tensor) -> str:
+    """SHA-256 (first 16 hex digits) of the full tensor's bytes, dtype and shape."""
+    if isinstance(tensor, DTensor):
+        tensor = tensor.full_tensor()  # collective: every rank of the tensor's mesh calls it
+    data = tensor.detach().cpu().contiguous()
+    digest = hashlib.sha256(f"{data.dtype}{tuple(data.shape)}".encode())
+    digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _merged(local: dict[str, str]) -> dict[str, str]:
+    """Every rank's {name: digest}, merged (ranks of one stage hold the same names)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return dict(sorted(local.items()))
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, local)
+    merged: dict[str, str] = {}
+    for part in gathered:
+        for name, digest in part.items():
+            merged.setdefault(name, digest)
+    return dict(sorted(merged.items()))
+
+
+def parameter_digests(model: torch.nn.Module) -> dict[str, str]:
+    local = {
+        clean_name(name): tensor_digest(param)
+        for name, param in model.named_parameters()
+        if param.requires_grad
+    }
+    return _merged(local)
+
+
+def optimizer_digests(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, str]:
+    local: dict[str, str] = {}
+    for name, param in model.named_parameters():
+        state = optimizer.state.get(param) or {}
+        for key in sorted(state):
+            value = state[key]
+            if isinstance(value, torch.Tensor):
+                local[f"{clean_name(name)}.{key}"] = tensor_digest(value)
+    return _merged(local)
+
+
+def probe_batch(run: Any) -> dict[str, Any]:
+    dataset = run.train_loader.dataset
+    rows = min(PROBE_ROWS, run.train_loader.batch_sampler.batch_size, len(dataset))
+    return run.train_loader.collate_fn([dataset[i] for i in range(rows)])
+
+
+@torch.no_grad()
+def probe_loss(run: Any) -> float | None:
+    """Loss per label token of the probe batch; None under pipeline parallelism."""
+    if run.pipeline is not None:
+        return None
+    rng = capture_rng()
+    was_training = run.model.training
+    run.model.train(False)
+    try:
+        batch = shard_batch(probe_batch(run), run.topology)
+        inputs = {
+            k: batch[k].to(run.env.device)
+            for k in ("input_ids", "attention_mask", "position_ids")
+            if k in batch
+        }
+        logits = run.forward_model(**inputs, use_cache=False).logits
+        target = batch["labels"].to(run.env.device)
+        loss_sum = float(token_loss_sum(run.loss_fn, logits, target))
+        labels = int((batch["labels"] != -100).sum())
+    finally:
+        run.model.train(was_training)
+        restore_rng(rng)
+    loss_sum, labels = all_reduce_sum([loss_sum, labels], run.env.device)
+    return loss_sum / max(1.0, labels)
+
+
+def compute(run: Any) -> dict[str, Any]:
+    """The fingerprint of `run`'s state now (collective: every rank calls it)."""
+    optimizer = None
+    if run.checkpoints.save_optimizer:
+        optimizer = optimizer_digests(run.model, run.optimizer)
+    return {
+        "parameters": parameter_digests(run.model),
+        "optimizer": optimizer,
+        "probe_loss": probe_loss(run),
+    }
+
+
+def _digest_diff(part: str, saved: dict[str, str], now: dict[str, str]) -> list[str]:
+    names = sorted(set(saved) | set(now))
+    differing = [n for n in names if saved.get(n) != now.get(n)]
+    if not differing:
+        return []
+    shown = ", ".join(differing[:MAX_NAMED])
+    more = f" and {len(differing) - MAX_NAMED} more" if len(differing) > MAX_NAMED else ""
+    return [f"{part}: {shown}{more}"]
+
+
+def differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The parts of `now` that differ from `saved`, each naming what differs."""
+    diffs = _digest_diff("parameters", saved.get("parameters") or {}, now["parameters"])
+    if saved.get("optimizer") is not None and now.get("optimizer") is not None:
+        diffs += _digest_diff("optimizer", saved["optimizer"], now["optimizer"])
+    before, after = saved.get("probe_loss"), now.get("probe_loss")
+    comparable = before is not None and after is not None
+    if comparable and not math.isclose(before, after, rel_tol=PROBE_REL_TOL, abs_tol=1e-9):
+        diffs.append(f"probe_loss: saved {before!r}, recomputed {after!r}")
+    return diffs
+
+
+def verify_resume(run: Any, log: Any) -> None:
+    """After a resume: `resume_verified`, or `resume_mismatch` and a checkpoint error."""
+    saved = manager.read_trainer_state(run.resumed_from).get("fingerprint")
+    path = str(run.resumed_from)
+    if not saved:
+        log.event("resume_unverified", run.step, path=path,
+                  message="the checkpoint has no fingerprint (saved before resume proofs)")  # fmt: skip
+        return
+    now = compute(run)
+    diffs = differences(saved, now)
+    if not diffs:
+        counts = {"parameters": len(now["parameters"]), "optimizer": len(now["optimizer"] or {})}
+        log.event("resume_verified", run.step, path=path, tensors=counts,
+                  probe_loss=now["probe_loss"])  # fmt: skip
+        return
+    log.event("resume_mismatch", run.step, path=path, parts=diffs,
+              message="; ".join(diffs))  # fmt: skip
+    raise checkpoint_error(
+        f"resume_mismatch: the state restored from {path} differs from the state saved "
+        f"({'; '.join(diffs)}); the checkpoint is damaged: resume from an earlier one "
+        "(restore_from: {path: <checkpoints/step_N>})"
+    )
