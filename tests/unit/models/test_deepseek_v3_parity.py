@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import transformers
@@ -256,3 +258,29 @@ def test_moonlight_style_config_loads_natively_without_remote_code(tmp_path):
     torch.testing.assert_close(
         native(input_ids=ids).logits, hf(input_ids=ids).logits, atol=ATOL, rtol=0
     )
+
+
+def test_full_size_configs_build_on_meta_with_their_published_sizes():
+    """DeepSeek-V3 (671B without its MTP layer, YaRN x40) and Moonlight (16B, no q LoRA
+    rank, one group): native, parameter counts as published, TP and EP plans apply."""
+    from models.hooks import ep_unsupported_reason, tp_plan, tp_unsupported_reason
+
+    yarn = {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+            "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0,
+            "rope_theta": 10000.0}  # fmt: skip
+    v3 = transformers.DeepseekV3Config(rope_parameters=yarn, max_position_embeddings=163840)
+    moonlight = transformers.DeepseekV3Config(
+        vocab_size=163840, hidden_size=2048, intermediate_size=11264, moe_intermediate_size=1408,
+        num_hidden_layers=27, num_attention_heads=16, num_key_value_heads=16, q_lora_rank=None,
+        n_shared_experts=2, n_routed_experts=64, n_group=1, topk_group=1, num_experts_per_tok=6,
+        routed_scaling_factor=2.446, first_k_dense_replace=1,
+        rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
+    )  # fmt: skip
+    for config, billions in ((v3, 671), (moonlight, 16)):
+        assert native_class_for(config)[0] is DeepseekV3ForCausalLM
+        model = DeepseekV3ForCausalLM._build_meta(config, torch.bfloat16)
+        assert round(sum(p.numel() for p in model.parameters()) / 1e9) == billions
+        assert tp_unsupported_reason(model, 8) is None and ep_unsupported_reason(model, 8) is None
+        assert tp_plan(model, sequence_parallel=True)
+    attn = DeepseekV3ForCausalLM._build_meta(v3, torch.bfloat16).model.layers[0].self_attn
+    assert attn.scaling == pytest.approx(192**-0.5 * (0.1 * math.log(40) + 1) ** 2)
