@@ -66,9 +66,6 @@ _MOE_EP = ModelCapabilities(supports_tp=False, supports_ep=True)
 # DeepSeek-V3: latent-attention TP (+ sequence parallel), expert parallelism, LoRA.
 _DEEPSEEK_V3 = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True, supports_ep=True)
 
-# Phi-3: dense TP; LoRA adapters would name the split q/k/v that HF's fused Phi-3 lacks.
-_PHI3 = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True, supports_lora=False)
-
 _REGISTRY: dict[str, ArchEntry] = {}
 
 
@@ -108,11 +105,11 @@ for _entry in (
               config_model_types=("deepseek_v3",),
               parallel_plan="models.deepseek_v3.parallelize:DEEPSEEK_V3_PLAN",
               state_dict_adapter="models.deepseek_v3.state_dict_adapter:DeepseekV3StateDictAdapter"),
-    ArchEntry("Phi3ForCausalLM", "models.phi3.model", "Phi3ForCausalLM", _PHI3,
+    ArchEntry("Phi3ForCausalLM", "models.phi3.model", "Phi3ForCausalLM", _DENSE_TP,
               TieSupport.BOTH, "phi3",
               notes="fused qkv/gate_up split on load and fused on save; partial rotary, "
-                    "longrope, sliding_window and resid_pdrop native; no LoRA (adapters would "
-                    "not fit HF's fused layers); no TP while resid_pdrop > 0",
+                    "longrope, sliding_window and resid_pdrop native; LoRA adapters export "
+                    "fused (DoRA on all linears only); no TP while resid_pdrop > 0",
               config_model_types=("phi3",),
               parallel_plan="models.phi3.parallelize:PHI3_PLAN",
               state_dict_adapter="models.phi3.state_dict_adapter:Phi3StateDictAdapter"),
@@ -140,6 +137,13 @@ for _entry in (
               config_model_types=("gpt_oss",),
               parallel_plan="models.gpt_oss.parallelize:GPT_OSS_PLAN",
               state_dict_adapter="models.gpt_oss.state_dict_adapter:GptOssStateDictAdapter"),
+    ArchEntry("MixtralForCausalLM", "models.mixtral.model", "MixtralForCausalLM", _MOE_EP,
+              TieSupport.BOTH, "mixtral",
+              notes="expert parallelism as for Qwen3-MoE (ep_size == dp_size, strategy "
+                    "fsdp2); no tensor-parallel plan; sliding_window runs natively",
+              config_model_types=("mixtral",),
+              parallel_plan="models.mixtral.parallelize:MIXTRAL_PLAN",
+              state_dict_adapter="models.mixtral.state_dict_adapter:MixtralStateDictAdapter"),
 ):  # fmt: skip
     register(_entry)
 
@@ -153,13 +157,6 @@ def entry_for_model_type(model_type: str) -> ArchEntry | None:
     for entry in _REGISTRY.values():
         if model_type in entry.config_model_types:
             return entry
-    ArchEntry("MixtralForCausalLM", "models.mixtral.model", "MixtralForCausalLM", _MOE_EP,
-              TieSupport.BOTH, "mixtral",
-              notes="expert parallelism as for Qwen3-MoE (ep_size == dp_size, strategy "
-                    "fsdp2); no tensor-parallel plan; sliding_window runs natively",
-              config_model_types=("mixtral",),
-              parallel_plan="models.mixtral.parallelize:MIXTRAL_PLAN",
-              state_dict_adapter="models.mixtral.state_dict_adapter:MixtralStateDictAdapter"),
     return None
 
 
