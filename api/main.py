@@ -23,7 +23,7 @@ from api.errors import COMMON_ERRORS, install_error_handlers
 from api.limits import BodyLimitMiddleware
 from api.middleware import RequestIdMiddleware, UnexpectedErrorMiddleware
 from api.prometheus import MetricsMiddleware, RequestStats
-from api.routes import jobs, projects, system, telemetry
+from api.routes import jobs, projects, steps, system, telemetry
 from jobs.broker import connect_broker
 from jobs.store.engine import database_url, get_engine
 from jobs.store.settings import Settings, get_settings
@@ -89,7 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(UnexpectedErrorMiddleware)
     app.add_middleware(MetricsMiddleware, stats=app.state.request_stats)
     app.add_middleware(RequestIdMiddleware)
-    for router in (jobs.router, telemetry.router, projects.router, system.router):
+    for router in (jobs.router, telemetry.router, steps.router, projects.router, system.router):
         app.include_router(router)
     _mount_dashboard(app)
     return app

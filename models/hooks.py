@@ -9,10 +9,11 @@ and expert parallelism (`ep_unsupported_reason`, `apply_expert_parallel`). The r
 state-dict adapter maps native tensor names onto the Hugging Face checkpoint layout when
 consolidating or restoring (`to_hf_tensors`, `from_hf_state_dict`; identity for families
 without one); `to_hf_groups` / `to_hf_group_tensors` convert together the native tensors an
-adapter fuses into one Hugging Face tensor (Phi-3's q/k/v -> `qkv_proj`). A Hugging Face class of a registered family (the fallback for configs the
-native class does not run) gets the family's plan, since native classes keep the Hugging
-Face module tree, but no adapter, since adapters map native names; an unregistered
-architecture gets the common dense plan. `model_flops_per_token` (for MFU) is re-exported
+adapter fuses into one Hugging Face tensor (Phi-3's q/k/v -> `qkv_proj`), and
+`lora_adapter_to_hf` maps a LoRA adapter the same way. A Hugging Face class of a
+registered family (the fallback for configs the native class does not run) gets the
+family's plan, since native classes keep the Hugging Face module tree, but no adapter,
+since adapters map native names; an unregistered architecture gets the common dense plan. `model_flops_per_token` (for MFU) is re-exported
 here so the trainer has one import.
 """
 
@@ -34,6 +35,7 @@ __all__ = [
     "family_entry",
     "from_hf_state_dict",
     "has_state_dict_adapter",
+    "lora_adapter_to_hf",
     "model_flops_per_token",
     "native_entry",
     "parallel_plan",
@@ -142,6 +144,17 @@ def to_hf_group_tensors(model: nn.Module, tensors: dict[str, Any]) -> list[tuple
         return to_hf_tensors(model, *next(iter(tensors.items())))
     config = getattr(unwrap_model(model), "config", None)
     return list(_adapter(model).to_hf(tensors, config).items())
+
+
+def lora_adapter_to_hf(
+    model: nn.Module, state: dict[str, Any], peft_config: Any
+) -> tuple[dict[str, Any], Any]:
+    """A PEFT adapter's tensors and config in the Hugging Face class's layout: unchanged
+    unless the family's adapter maps it (Phi-3 fuses q/k/v and gate/up adapters)."""
+    convert = getattr(_adapter(model), "lora_to_hf", None)
+    if convert is None:
+        return state, peft_config
+    return convert(state, peft_config, getattr(unwrap_model(model), "config", None))
 
 
 def from_hf_state_dict(model: nn.Module, hf_state: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from jobs.orchestration.states import TransitionRefused, transition
 from jobs.store.engine import session_scope
 from jobs.store.ingest import append_logs, record_trainer_events, upsert_checkpoints, upsert_metrics
 from jobs.store.leases import Claim, holds_lease, job_attempt_status, renew_lease
+from jobs.store.samples import ingest_samples
 from jobs.store.status import ACTIVE, JobStatus
 from worker import executor
 from worker.config import WorkerConfig
@@ -198,17 +199,24 @@ class AttemptSupervisor:
             if self.is_leader
             else None
         )
+        samples = (  # which dataset rows made each step (trainer.sample_log)
+            read_new_lines(self.run_dir / "samples.jsonl", self.offsets.get("samples"))
+            if self.is_leader
+            else None
+        )
         lines = self.pump.pending(max_log_lines)
-        if not lines and not (metrics and metrics.entries) and not (events and events.entries):
-            self._advance_offsets(metrics, events)
+        if not lines and not any(batch and batch.entries for batch in (metrics, events, samples)):
+            self._advance_offsets(metrics, events, samples)
             return 0
         with session_scope() as session:
             if not self._fenced(session):
                 raise LeaseLost()
             if metrics is not None and events is not None:
                 self._write_records(session, metrics.records, events.entries)
+            if samples is not None:
+                ingest_samples(session, self.claim.job_id, self.claim.attempt, samples.records)
             append_logs(session, self.claim.job_id, self.claim.attempt, lines)
-        self._advance_offsets(metrics, events)
+        self._advance_offsets(metrics, events, samples)
         self.pump.commit(len(lines))
         return len(lines) + (len(metrics.entries) if metrics else 0)
 
@@ -229,7 +237,9 @@ class AttemptSupervisor:
             if offset >= self.state.events_launch_offset and is_outcome_event(record):
                 self.state.last_outcome_event = record
 
-    def _advance_offsets(self, metrics: Any, events: Any) -> None:
+    def _advance_offsets(self, metrics: Any, events: Any, samples: Any = None) -> None:
+        if samples is not None:
+            self.offsets.set("samples", samples.end_offset)
         if metrics is not None:
             self.offsets.set("metrics", metrics.end_offset)
         if events is not None:

@@ -30,6 +30,7 @@ from jobs.recipe.checks import (
 from jobs.recipe.distributed import DistributedSetup
 from jobs.recipe.distributed_section import setup_from_section
 from jobs.recipe.errors import FieldError
+from jobs.recipe.fused_layout_rules import fused_lora_errors
 from jobs.recipe.kd import (
     KD_RECIPE,
     as_teacher_errors,
@@ -326,6 +327,7 @@ def normalize_recipe(
         errors += capability_errors(info.architecture, out["distributed"], out["peft"] is not None)
         errors += context_parallel_config_errors(info.config, out["distributed"])
         errors += tensor_parallel_config_errors(info.config, out["distributed"], out.get("model"))
+        errors += fused_lora_errors(info.config, out["peft"])
         errors += expert_parallel_config_errors(info.config, out["distributed"], out.get("model"))
         errors += pipeline_config_errors(info.config, out["distributed"])
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)

@@ -298,3 +298,32 @@ class Worker(Base):
     status: Mapped[str] = mapped_column(String(16), default="online")
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_heartbeat: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class StepSample(Base):
+    """Which dataset rows made one training step (the trainer's `samples.jsonl`); the worker
+    upserts on (job_id, step), a later attempt's rows replacing an earlier one's."""
+
+    __tablename__ = "step_samples"
+    __table_args__ = (UniqueConstraint("job_id", "step", name="uq_step_samples_job_step"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    step: Mapped[int] = mapped_column(Integer)
+    epoch: Mapped[int | None] = mapped_column(Integer, default=None)
+    rows: Mapped[dict[str, Any]] = mapped_column(default=dict)  # {"rows": [{index, ...}]}
+
+
+class DatasetRow(Base):
+    """A training row's preview (decoded tokens, capped), once per job and dataset index."""
+
+    __tablename__ = "dataset_rows"
+    __table_args__ = (UniqueConstraint("job_id", "row_index", name="uq_dataset_rows_job_row"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    row_index: Mapped[int] = mapped_column(BigInteger)
+    row_id: Mapped[str | None] = mapped_column(Text, default=None)
+    tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    preview: Mapped[str | None] = mapped_column(Text, default=None)

@@ -35,10 +35,8 @@ from models.registry import ModelCapabilities, TieSupport
 class Phi3ForCausalLM(NativeCausalLM):
     architecture = "Phi3ForCausalLM"
     tie_word_embeddings_support = TieSupport.BOTH
-    # No LoRA: an adapter on the split q/k/v, gate/up would not apply to HF's fused layers.
-    capabilities = ModelCapabilities(
-        supports_tp=True, supports_sequence_parallel=True, supports_lora=False
-    )
+    # LoRA adapters export fused for transformers' Phi-3 (`lora_to_hf`, models.phi3.lora).
+    capabilities = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
     state_dict_adapter = Phi3StateDictAdapter
 
     def __init__(self, config: Any) -> None:

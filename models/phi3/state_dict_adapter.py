@@ -199,6 +199,15 @@ class Phi3StateDictAdapter:
             "Phi3ForCausalLM.load_hf_weights (read_plan), not per-key targets"
         )
 
+    @staticmethod
+    def lora_to_hf(
+        state: dict[str, torch.Tensor], peft_config: Any, config: Any
+    ) -> tuple[dict[str, torch.Tensor], Any]:
+        """A LoRA adapter's tensors and config for transformers' fused Phi-3 (`models.phi3.lora`)."""
+        from models.phi3.lora import lora_to_hf  # lora.py builds on this module's mapping
+
+        return lora_to_hf(state, peft_config, config)
+
     @classmethod
     def convert_single_tensor_to_hf(cls, fqn: str, tensor: torch.Tensor) -> list[tuple[str, Any]]:
         """Unfused tensors keep their name; a split part has no HF tensor of its own (use

@@ -40,6 +40,7 @@ from models.common.safetensors_io import (
 from models.hooks import (
     from_hf_state_dict,
     has_state_dict_adapter,
+    lora_adapter_to_hf,
     to_hf_group_tensors,
     to_hf_groups,
 )
@@ -275,9 +276,10 @@ def save_lora_adapter(
         return
     out_dir.mkdir(parents=True, exist_ok=True)
     adapter = get_peft_model_state_dict(peft_model, state_dict=gathered)
+    config = copy.copy(peft_model.peft_config["default"])  # the live model's stays untouched
+    adapter, config = lora_adapter_to_hf(peft_model, adapter, config)
     entries = [TensorEntry.of(name, tensor) for name, tensor in adapter.items()]
     write_file(out_dir / "adapter_model.safetensors", entries, adapter.items())
-    config = copy.copy(peft_model.peft_config["default"])  # the live model's stays untouched
     config.base_model_name_or_path = base_model or config.base_model_name_or_path
     config.save_pretrained(str(out_dir))
 

@@ -4,8 +4,8 @@ Tensor parallelism (with sequence parallelism) is accepted; with residual dropou
 (`resid_pdrop` > 0 in config.json or as a model override) it is refused at
 `distributed.tp_size`, as the family's plan refuses it in the trainer; an override back to
 0.0 is accepted; force_hf or another attn_implementation (the fused Hugging Face class) is
-refused with tp. LoRA is refused at `peft` (adapters on the native split projections would
-not apply to transformers' fused Phi-3).
+refused with tp. LoRA is accepted (its export is fused for transformers' Phi-3); DoRA only
+when it adapts every linear layer (its magnitudes are fused too).
 """
 
 from __future__ import annotations
@@ -50,12 +50,28 @@ def test_a_dropout_override_is_checked_too(validate, recipe, data_root):
     assert result.valid, [str(e) for e in result.errors]
 
 
-def test_lora_is_refused_for_phi3(validate, recipe, data_root):
+def _lora(recipe: dict, data_root, **peft) -> dict:
     recipe = _phi3(recipe, data_root)
     recipe["distributed"].update(tp_size=1, sequence_parallel=False)
-    recipe["peft"] = {"dim": 8, "alpha": 16}
-    error = error_at(validate(recipe, nproc_per_node=1), "peft")
-    assert "Phi3ForCausalLM does not support LoRA" in error.msg
+    recipe["peft"] = {"dim": 8, "alpha": 16, **peft}
+    return recipe
+
+
+def test_lora_and_all_linear_dora_are_accepted(validate, recipe, data_root):
+    for peft in ({"target_modules": ["q_proj", "v_proj"]}, {"use_dora": True}):
+        result = validate(_lora(recipe, data_root, **peft), nproc_per_node=1)
+        assert result.valid, [str(e) for e in result.errors]
+
+
+def test_dora_on_some_projections_is_refused(validate, recipe, data_root):
+    for peft in (
+        {"use_dora": True, "target_modules": ["q_proj", "v_proj"]},
+        {"use_dora": True, "match_all_linear": True, "exclude_modules": ["k_proj"]},
+    ):
+        error = error_at(
+            validate(_lora(recipe, data_root, **peft), nproc_per_node=1), "peft.use_dora"
+        )
+        assert "must adapt every linear layer" in error.msg and "match_all_linear" in error.fix
 
 
 def test_the_fused_hugging_face_class_refuses_tensor_parallelism(validate, recipe, data_root):
