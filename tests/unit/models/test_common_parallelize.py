@@ -42,7 +42,8 @@ def test_a_family_folder_has_a_parallelize_module_only_when_its_plan_differs(ent
         return
     assert entry.parallel_plan.startswith(f"{own_module}:")
     plan = registry.load_parallel_plan(entry)
-    overridden = [n for n in vars(type(plan)) if callable(getattr(ParallelPlan, n, None))]
+    own = [c for c in type(plan).__mro__ if c not in (ParallelPlan, object)]  # mixins too
+    overridden = [n for c in own for n in vars(c) if callable(getattr(ParallelPlan, n, None))]
     assert type(plan) is not ParallelPlan and overridden, "a family plan overrides something"
 
 
