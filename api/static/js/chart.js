@@ -48,8 +48,9 @@ function extent(series, key) {
 }
 
 export class LineChart {
-  constructor(container, { yFormat = formatNumber, emptyText = "No data yet" } = {}) {
+  constructor(container, { yFormat = formatNumber, emptyText = "No data yet", onPick = null } = {}) {
     this.container = container;
+    this.onPick = onPick; // called with the step nearest a click (the job page lists its rows)
     this.yFormat = yFormat;
     this.emptyText = emptyText;
     container.classList.add("chart");
@@ -64,6 +65,8 @@ export class LineChart {
     container.appendChild(this.tip);
     this.svg.addEventListener("mousemove", (e) => this.hover(e));
     this.svg.addEventListener("mouseleave", () => { this.tip.hidden = true; });
+    this.svg.addEventListener("click", (e) => this.pick(e));
+    if (onPick) container.classList.add("pickable");
     this.series = [];
     this.markers = [];
     this.width = 0;
@@ -144,13 +147,26 @@ export class LineChart {
       "vector-effect": "non-scaling-stroke" }, axis);
   }
 
+  // The x (step) under the pointer, in data units.
+  xAt(event) {
+    const box = this.svg.getBoundingClientRect();
+    const px = ((event.clientX - box.left) / box.width) * this.width;
+    const { x0, x1 } = this.scale;
+    return x0 + ((px - PAD.l) / (this.width - PAD.l - PAD.r)) * (x1 - x0);
+  }
+
+  pick(event) {
+    if (!this.onPick || !this.series.length || !this.scale) return;
+    const x = this.xAt(event);
+    let best = null;
+    for (const p of this.series[0].points) if (!best || Math.abs(p.x - x) < Math.abs(best.x - x)) best = p;
+    if (best) this.onPick(best.x);
+  }
+
   hover(event) {
     if (!this.series.length || !this.scale) return;
     const box = this.svg.getBoundingClientRect();
-    const W = this.width;
-    const px = ((event.clientX - box.left) / box.width) * W;
-    const { x0, x1 } = this.scale;
-    const x = x0 + ((px - PAD.l) / (W - PAD.l - PAD.r)) * (x1 - x0);
+    const x = this.xAt(event);
     const lines = [];
     for (const s of this.series) {
       let best = null;

@@ -1,5 +1,6 @@
 // Job page (/jobs/{id}): state, live charts fed by the metrics cursor, events drawn on the
-// loss chart, checkpoints, log tail, and cancel / pause / resume.
+// loss chart (each resume with its verdict), the dataset rows of a clicked loss point,
+// checkpoints, log tail, and cancel / pause / resume.
 
 import { api, ApiError, itemsOf } from "./api.js";
 import { formatNumber, LineChart } from "./chart.js";
@@ -13,12 +14,15 @@ const CHARTS = [
 const MARKER_STYLE = {
   checkpoint: ["#1f9d55", "ckpt"], resumed: ["#9b51e0", "resume"], retrying: ["#c98a0b", "retry"],
   preempted: ["#c98a0b", "preempt"], failed: ["#d64545", "failed"], paused: ["#7d8597", "pause"],
+  verified: ["#1f9d55", "resume ✓"], mismatch: ["#d64545", "resume ✗"], rollback: ["#d64545", "rollback"],
 };
+const VERDICT_EVENTS = { resume_verified: "verified", resume_mismatch: "mismatch", rollback: "rollback" };
 
 export function renderJob(view, jobId) {
   view.innerHTML = skeleton(jobId);
-  const charts = Object.fromEntries(CHARTS.map(([key]) =>
-    [key, new LineChart(view.querySelector(`#chart-${key}`), { emptyText: "Waiting for metrics…" })]));
+  const onPick = (key) => key === "loss" ? (step) => showStepRows(view, jobId, step) : null;
+  const charts = Object.fromEntries(CHARTS.map(([key]) => [key,
+    new LineChart(view.querySelector(`#chart-${key}`), { emptyText: "Waiting for metrics…", onPick: onPick(key) })]));
   const state = { job: null, train: [], val: [], trainCursor: null, valCursor: null,
     events: [], checkpoints: [], logCursor: 0, logLines: [] };
 
@@ -84,6 +88,10 @@ function skeleton(jobId) {
     <div class="grid">${charts}
       <div class="panel"><h2>Events</h2><ul class="timeline" id="events"></ul></div>
     </div>
+    <div class="panel" id="rows-panel"><h2>Rows of step <span id="rows-step">–</span></h2>
+      <p class="muted" id="rows-note">Click a point of the loss chart to see the dataset rows that made that step.</p>
+      <table id="step-rows"><thead><tr><th>Row</th><th>Id</th><th>Rank</th><th>Micro-batch</th><th>Tokens</th><th>Text</th></tr></thead>
+      <tbody></tbody></table></div>
     <div class="panel"><h2>Checkpoints</h2>
       <table id="checkpoints"><thead><tr><th>Step</th><th>Path</th><th>Size</th><th>Loss</th><th>Saved</th></tr></thead>
       <tbody></tbody></table></div>
@@ -139,11 +147,37 @@ function eventMarkers(state) {
     const step = e.step ?? e.data?.step ?? stepAt(state.train, e.created_at ?? e.timestamp);
     if (step !== null && step !== undefined) markers.push({ x: step, kind, label: e.message || kind });
   }
-  return markers.map((m) => ({ ...m, color: MARKER_STYLE[m.kind][0], short: MARKER_STYLE[m.kind][1] }));
+  // A resume with its verdict is drawn once, as the verdict.
+  const judged = new Set(markers.filter((m) => m.kind === "verified" || m.kind === "mismatch").map((m) => m.x));
+  return markers.filter((m) => !(m.kind === "resumed" && judged.has(m.x)))
+    .map((m) => ({ ...m, color: MARKER_STYLE[m.kind][0], short: MARKER_STYLE[m.kind][1] }));
+}
+
+// The dataset rows the sampler gave one step (after a resume: the rows the resumed run used).
+async function showStepRows(view, jobId, step) {
+  view.querySelector("#rows-step").textContent = String(step);
+  const note = view.querySelector("#rows-note");
+  const tbody = view.querySelector("#step-rows tbody");
+  tbody.innerHTML = "";
+  let body;
+  try {
+    body = await api(`/v1/jobs/${jobId}/steps/${step}/samples`);
+  } catch (err) {
+    if (!(err instanceof ApiError)) throw err;
+    note.textContent = err.status === 404 ? `No rows are recorded for step ${step}.` : err.message;
+    return;
+  }
+  view.querySelector("#rows-panel").dataset.step = String(step);
+  note.textContent = `${body.data.length} rows, attempt ${body.attempt}, epoch ${body.epoch ?? "–"}`;
+  tbody.innerHTML = body.data.map((r) => `<tr data-index="${esc(r.index)}">
+    <td class="num">${esc(r.index)}</td><td class="mono">${esc(r.id ?? "–")}</td><td class="num">${esc(r.dp_rank)}</td>
+    <td class="num">${esc(r.micro_batch)}</td><td class="num">${esc(r.tokens ?? "–")}</td>
+    <td class="mono">${esc(r.preview ?? "")}</td></tr>`).join("");
 }
 
 function markerKind(e) {
   const kind = e.data?.event || e.kind || e.event || "";
+  if (VERDICT_EVENTS[kind]) return VERDICT_EVENTS[kind];
   if (kind.includes("checkpoint")) return "checkpoint";
   if (kind === "resumed") return "resumed";
   if (kind === "preempted") return "preempted";
