@@ -22,7 +22,7 @@ from sqlalchemy.orm import sessionmaker
 from api.errors import COMMON_ERRORS, install_error_handlers
 from api.limits import BodyLimitMiddleware
 from api.middleware import RequestIdMiddleware, UnexpectedErrorMiddleware
-from api.prometheus import MetricsMiddleware, RequestStats
+from api.prometheus import MetricsMiddleware
 from api.routes import jobs, projects, steps, system, telemetry
 from jobs.broker import connect_broker
 from jobs.store.engine import database_url, get_engine
@@ -82,12 +82,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.broker_at_startup = "not connected yet"
     app.state.session_factory = sessionmaker(bind=get_engine(settings), expire_on_commit=False)
-    app.state.request_stats = RequestStats()
     install_error_handlers(app)
     # Inside the metrics middleware, so a refused body still counts as a 413.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(UnexpectedErrorMiddleware)
-    app.add_middleware(MetricsMiddleware, stats=app.state.request_stats)
+    app.add_middleware(MetricsMiddleware)
     app.add_middleware(RequestIdMiddleware)
     for router in (jobs.router, telemetry.router, steps.router, projects.router, system.router):
         app.include_router(router)

@@ -2,7 +2,8 @@
 
 `migrate` runs Alembic's `upgrade head` against TUNEYARD_DATABASE_URL from any working
 directory (optionally waiting for the database first, as the prestart step does). `api`
-serves `api.main:app` with uvicorn. `keys create` prints a new API key once; only its hash
+serves `api.main:app` with uvicorn; `--workers N` runs N processes (with a shared
+Prometheus multiprocess directory). `keys create` prints a new API key once; only its hash
 is stored.
 """
 
@@ -36,12 +37,23 @@ def migrate(
 def api(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
-    workers: int = typer.Option(1, help="uvicorn worker processes."),
-) -> None:
-    """Serve the HTTP API (and the dashboard) with uvicorn."""
+    workers: int = typer.Option(
+        1, min=1, help="API processes: the way to use more cores (Prometheus counters are "
+        "summed across them)."),
+) -> None:  # fmt: skip
+    """Serve the HTTP API (and the dashboard) with uvicorn; logs are JSON lines."""
+    import os
+    import tempfile
+
     import uvicorn
 
-    uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="info")
+    from jobs.store.log_context import uvicorn_log_config
+
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Before the processes start: each writes its counters there, a scrape sums them.
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="tuneyard-prom-")
+    uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="info",
+                log_config=uvicorn_log_config())  # fmt: skip
 
 
 @keys_app.command("create")

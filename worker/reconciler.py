@@ -8,6 +8,8 @@ Each pass, in its own short transactions:
    (Redis flushed or restarted, or the API's enqueue failed) are dispatched again; a
    duplicate message is harmless because claiming is decided in the database.
 3. workers whose heartbeat is older than `stale_worker_seconds` are marked `lost`.
+
+Its log lines are JSON (`jobs.store.log_context`), like the API's and the workers'.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from jobs.orchestration.policy import settle_expired_lease
 from jobs.orchestration.states import TransitionRefused
 from jobs.store.engine import session_scope
 from jobs.store.leases import expired_leases, mark_lost_workers, stale_queued_jobs
+from jobs.store.log_context import configure_json_logging
 from jobs.store.tables import utcnow
 from worker import health
 from worker.config import WorkerConfig, get_worker_config
@@ -83,6 +86,7 @@ def run_forever(config: WorkerConfig | None = None, stop: threading.Event | None
     """The `tuneyard scheduler` loop; a failing pass is logged and the next one runs."""
     config = config or get_worker_config()
     stop = stop or threading.Event()
+    configure_json_logging(logging.getLogger().level or logging.INFO)
     log.info("reconciler running every %.1fs", config.reconcile_seconds)
     while not stop.is_set():
         try:

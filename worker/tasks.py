@@ -154,7 +154,7 @@ def execute_job(job_id: str, config: WorkerConfig) -> str:
         if claim is None:
             log.info("job %s: nothing to do (already claimed, finished or gang full)", job_id)
             return "skipped"
-        with worker_state().running(job_id):
+        with worker_state().running(job_id), log_context(attempt=claim.attempt):
             gang = claim.nnodes > 1 and config.executor == "local"  # SLURM allocates nodes
             if gang and not _gather_gang(claim, worker, config):
                 return "gang_incomplete"

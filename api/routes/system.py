@@ -5,13 +5,15 @@ API-key creation for admins.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.deps import Admin, Reader, ReleasingRoute, SessionDep
-from api.prometheus import gauge
+from api.deps import Admin, Credentials, Reader, ReleasingRoute, SessionDep, get_principal
+from api.errors import ApiError
+from api.prometheus import CONTENT_TYPE, gauge, request_metrics_text
 from api.routes.jobs import AUTH_ERRORS, INVALID
 from api.schemas import Health, KeyCreate, KeyCreated, ModelPublic, ModelsPublic
 from jobs.broker import DEFAULT_QUEUES, broker_reachable, connect_broker, queue_lengths
@@ -60,21 +62,44 @@ def readyz(request: Request) -> Health | JSONResponse:
 
 @router.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics",
             responses={200: {"content": {"text/plain": {}}}})  # fmt: skip
-def prometheus_metrics(request: Request) -> PlainTextResponse:
-    lines = request.app.state.request_stats.render()
+def prometheus_metrics(request: Request, session: SessionDep, creds: Credentials) -> Response:
+    """Open: request counters, queue depth, workers, dropped messages, no project's data.
+    With an admin key: also that project's jobs by state (`tuneyard_project_jobs`)."""
+    lines: list[str] = []
     try:
-        with request.app.state.session_factory() as session:
-            by_state = store.job_counts_by_status(session)
-            queued = store.queued_by_queue(session)
-        lines += gauge("tuneyard_jobs", "Jobs by state.", by_state, "state")
+        queued = store.queued_by_queue(session)
+        workers, dropped = store.worker_gauges(session)
         lines += gauge("tuneyard_queue_depth", "Queued jobs waiting per queue.", queued, "queue")
+        lines += gauge("tuneyard_workers", "Workers by status.", workers, "status")
+        lines += gauge("tuneyard_worker_dropped_messages", "Stale or malformed messages the "
+                       "live workers dropped, by reason.", dropped, "reason")  # fmt: skip
+        lines += _project_jobs(request, session, creds)
         lines += ["# TYPE tuneyard_database_up gauge", "tuneyard_database_up 1"]
     except Exception:  # still expose request metrics when the database is down
         log.warning("/metrics: database unreachable", exc_info=True)
         queued = {}
         lines += ["# TYPE tuneyard_database_up gauge", "tuneyard_database_up 0"]
+    session.close()
     lines += _broker_depth(request.app.state.settings, set(queued) | set(DEFAULT_QUEUES))
-    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+    body = request_metrics_text() + ("\n".join(lines) + "\n").encode()
+    return Response(body, media_type=CONTENT_TYPE)
+
+
+def _project_jobs(request: Request, session: Session, creds: Any) -> list[str]:
+    """The caller's project's jobs by state, for an admin key (or auth off); else nothing."""
+    settings = request.app.state.settings
+    if creds is None and settings.auth_enabled:
+        return []
+    try:
+        principal = get_principal(settings, session, creds)
+    except ApiError:
+        return []
+    if not principal.can("admin"):
+        return []
+    counts = store.job_counts_by_status(session, principal.project_id)
+    values = {(principal.project_name, state): n for state, n in counts.items()}
+    return gauge("tuneyard_project_jobs", "This project's jobs by state (admin key only).",
+                 values, "project", "state")  # fmt: skip
 
 
 def _broker_depth(settings: Settings, queues: set[str]) -> list[str]:

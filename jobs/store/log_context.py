@@ -72,3 +72,23 @@ def configure_json_logging(level: int | str = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+def uvicorn_log_config(level: str = "INFO") -> dict[str, Any] | None:
+    """A `logging.config.dictConfig` for uvicorn (applied in every worker process): JSON
+    lines on stderr for tuneyard's and uvicorn's loggers; None keeps uvicorn's plain text
+    (TUNEYARD_LOG_FORMAT=text)."""
+    if os.environ.get("TUNEYARD_LOG_FORMAT", "json").lower() == "text":
+        return None
+    handler = {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": "jobs.store.log_context.JsonFormatter"}},
+        "handlers": {"stderr": handler},
+        "root": {"handlers": ["stderr"], "level": level},
+        "loggers": {
+            name: {"handlers": [], "level": level, "propagate": True}
+            for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+        },  # fmt: skip
+    }

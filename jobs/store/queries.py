@@ -33,7 +33,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from jobs.store.status import JobStatus
-from jobs.store.tables import Checkpoint, Job, JobEvent, JobLog, new_job_id, utcnow
+from jobs.store.tables import Checkpoint, Job, JobEvent, JobLog, Worker, new_job_id, utcnow
 
 
 class IdempotencyConflict(Exception):
@@ -271,9 +271,25 @@ def list_checkpoints(session: Session, job_id: str) -> list[Checkpoint]:
     return list(session.scalars(stmt))
 
 
-def job_counts_by_status(session: Session) -> dict[str, int]:
-    rows = session.execute(select(Job.status, func.count()).group_by(Job.status))
-    return {status: count for status, count in rows}
+def job_counts_by_status(session: Session, project_id: int | None = None) -> dict[str, int]:
+    """Jobs per status, of one project when given."""
+    stmt = select(Job.status, func.count()).group_by(Job.status)
+    if project_id is not None:
+        stmt = stmt.where(Job.project_id == project_id)
+    return {status: count for status, count in session.execute(stmt)}
+
+
+def worker_gauges(session: Session) -> tuple[dict[str, int], dict[str, int]]:
+    """(workers per status, dropped stale messages per reason summed over live workers)."""
+    by_status: dict[str, int] = {}
+    dropped: dict[str, int] = {}
+    for status, resources in session.execute(select(Worker.status, Worker.resources)):
+        by_status[status] = by_status.get(status, 0) + 1
+        if status == "lost":
+            continue
+        for reason, n in ((resources or {}).get("dropped_messages") or {}).items():
+            dropped[reason] = dropped.get(reason, 0) + int(n)
+    return by_status, dropped
 
 
 def queued_by_queue(session: Session) -> dict[str, int]:

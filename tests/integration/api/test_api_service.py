@@ -50,12 +50,18 @@ def test_prometheus_text(client, stack, body) -> None:
     text = client.get("/metrics").text
     assert 'tuneyard_http_requests_total{method="POST",route="/v1/jobs",status="201"}' in text
     assert (
-        'tuneyard_http_request_duration_seconds_bucket{method="GET",route="/v1/jobs",le="+Inf"}'
+        'tuneyard_http_request_duration_seconds_bucket{le="+Inf",method="GET",route="/v1/jobs"}'
         in text
     )
-    assert "# TYPE tuneyard_jobs gauge" in text and 'tuneyard_jobs{state="queued"}' in text
     assert 'tuneyard_queue_depth{queue="cpu"}' in text
     assert 'tuneyard_broker_messages{queue="cpu"}' in text
+    # No project's data without an admin key: not open, not to a read key.
+    assert "tuneyard_project_jobs" not in text and stack.project not in text
+    read = client.get("/metrics", headers=stack.headers("read")).text
+    assert "tuneyard_project_jobs" not in read
+    admin = client.get("/metrics", headers=stack.headers("admin")).text
+    assert f'tuneyard_project_jobs{{project="{stack.project}",state="queued"}}' in admin
+    assert stack.project + "-other" not in admin
 
 
 def test_models_lists_the_registry(client, stack) -> None:
