@@ -5,7 +5,10 @@ Phi-4-mini-like config: partial rotary, LongRoPE with an original length (8) sho
 training samples (the long factors run), and a sliding window the samples cross. The tp2
 run trains 10 steps to the losses and weights of a one-process run of the same recipe, and
 its consolidated checkpoint (fused `qkv_proj` / `gate_up_proj`, as transformers stores
-Phi-3), loaded with plain transformers, reproduces its validation loss.
+Phi-3), loaded with plain transformers, reproduces its validation loss. A LoRA run
+(FSDP2, 2 ranks, all linear layers) exports an adapter fused for transformers' Phi-3
+(`qkv_proj` / `gate_up_proj`) that `AutoPeftModelForCausalLM` loads to the same
+validation loss.
 """
 
 from __future__ import annotations
@@ -64,9 +67,13 @@ def trained_weights(run: RunResult) -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(scope="module")
-def phi3_runs(assets: Assets) -> tuple[RunResult, RunResult]:
+def tiny_phi3(assets: Assets) -> Path:
+    return build_tiny_phi3(assets.root / "tiny-phi3")
+
+
+@pytest.fixture(scope="module")
+def phi3_runs(assets: Assets, tiny_phi3: Path) -> tuple[RunResult, RunResult]:
     """(the tp2 run, a one-process run of the same recipe: the same single data rank)."""
-    build_tiny_phi3(assets.root / "tiny-phi3")
     tp2 = {"strategy": "fsdp2", "tp_size": 2, "sequence_parallel": True}
     tp_run = launch(assets, "tp2-phi3", phi3_recipe(assets, tp2), nproc=2)
     return tp_run, launch(assets, "tp1-phi3", phi3_recipe(assets, {"strategy": "fsdp2"}), nproc=1)
@@ -89,3 +96,38 @@ def test_phi3_tp_run_trains_like_one_process(phi3_runs, assets: Assets) -> None:
     assert val and transformers_val_loss(step_10(phi3_runs[0]), assets.val) == pytest.approx(
         val[0]["val_loss"], rel=1e-4
     )
+
+
+def test_phi3_lora_adapter_loads_fused_with_auto_peft(assets: Assets, tiny_phi3, offline_hub):
+    import json
+
+    from peft import AutoPeftModelForCausalLM
+    from safetensors import safe_open
+    from transformers import AutoTokenizer
+
+    from trainer.data.collate import Collator
+    from trainer.data.datasets import JsonlInstructionDataset
+    from trainer.loss import MaskedCrossEntropy, token_loss_sum
+
+    recipe = phi3_recipe(assets, {"strategy": "fsdp2"})
+    recipe["step_scheduler"].update(max_steps=6, val_check_interval=6, checkpoint_interval=6)
+    recipe["peft"] = {"match_all_linear": True, "dim": 8, "alpha": 16}
+    recipe["optimizer"]["lr"] = 1.0e-2
+    run = launch(assets, "lora-phi3", recipe, nproc=2)
+    assert run.returncode == 0, run.output[-3000:]
+    adapter_dir = run.latest() / "model"
+    with safe_open(str(adapter_dir / "adapter_model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert any(".qkv_proj.lora_A." in n for n in names)
+    assert not any(".q_proj." in n or ".gate_proj." in n for n in names)
+    config = json.loads((adapter_dir / "adapter_config.json").read_text())
+    assert config["rank_pattern"]["model.layers.0.self_attn.qkv_proj"] == 24
+    model = AutoPeftModelForCausalLM.from_pretrained(adapter_dir, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
+    dataset = JsonlInstructionDataset(tokenizer, str(assets.val))
+    batch = Collator(tokenizer.pad_token_id)([dataset[i] for i in range(len(dataset))])
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    loss = float(token_loss_sum(MaskedCrossEntropy(), logits, batch["labels"]))
+    val_loss = loss / int((batch["labels"] != -100).sum())
+    assert val_loss == pytest.approx(run.records("val")[-1]["val_loss"], rel=1e-4)
