@@ -3,7 +3,8 @@ fused Phi-3 with the same logits (the trainer's adapter export fuses them exactl
 
 All-linear LoRA, a partial target list (q, v, up only: the other blocks of the fused
 adapter stay zero), DoRA on every part, and the trainer's `save_lora_adapter` loaded with
-`AutoPeftModelForCausalLM`; DoRA on some parts only is refused with the reason.
+`AutoPeftModelForCausalLM`, and the fused base a from_config run saves beside it; DoRA on
+some parts only is refused with the reason.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from safetensors.torch import save_file
 from models import AutoModelForCausalLM
 from models.phi3.lora import lora_to_hf
 from models.phi3.state_dict_adapter import FusedMappingError
-from trainer.checkpoint.consolidate import save_lora_adapter
+from trainer.checkpoint.consolidate import save_lora_adapter, save_lora_base_model
 
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -99,3 +100,13 @@ def test_trainer_adapter_export_loads_with_auto_peft(tmp_path):
     save_lora_adapter(native, tmp_path / "model", is_rank0=True, base_model=str(tmp_path / "base"))
     hf_peft = AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "model")).eval()
     _assert_same_logits(native, hf_peft, tmp_path)
+
+
+def test_a_from_config_runs_base_is_saved_fused(tmp_path):
+    """A LoRA run built from a config saves its frozen base beside the adapter."""
+    native = _trained_peft(tmp_path, ALL)
+    save_lora_base_model(native, tmp_path / "base_model", is_rank0=True)
+    saved = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base_model").eval()
+    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base").eval()
+    ids = torch.randint(1, VOCAB, (2, 40))
+    torch.testing.assert_close(saved(input_ids=ids).logits, reference(input_ids=ids).logits)
