@@ -24,6 +24,7 @@ from api.limits import BodyLimitMiddleware
 from api.middleware import RequestIdMiddleware, UnexpectedErrorMiddleware
 from api.prometheus import MetricsMiddleware
 from api.routes import jobs, projects, steps, system, telemetry
+from api.tracing import install_tracing
 from jobs.broker import connect_broker
 from jobs.store.engine import database_url, get_engine
 from jobs.store.settings import Settings, get_settings
@@ -87,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(UnexpectedErrorMiddleware)
     app.add_middleware(MetricsMiddleware)
+    install_tracing(app)  # TUNEYARD_OTEL=on: inside the request id, which the span carries
     app.add_middleware(RequestIdMiddleware)
     for router in (jobs.router, telemetry.router, steps.router, projects.router, system.router):
         app.include_router(router)
