@@ -8,12 +8,17 @@ section tuneyard does not know at all stays an error (`jobs.recipe.schema.unknow
 `recipe_family_error` answers for recipe classes of families tuneyard does not train
 (VLM, diffusion, retrieval, speculative decoding, audio, sequence classification) with
 "not supported yet". Knowledge distillation (`llm_kd`) and benchmarking (`llm_benchmark`)
-are recipes of their own: `jobs.recipe.kd`, `jobs.recipe.benchmark`.
+are recipes of their own: `jobs.recipe.kd`, `jobs.recipe.benchmark`. The model loader's
+kernel keywords (`use_liger_kernel`, `use_sdpa_patching`, `sdpa_method`) are typed by
+`KernelValues` and applied by the loader (`models.common.kernels`); `kernel_option_notes`
+says at submit what of them will not apply.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from jobs.recipe.errors import FieldError
 
@@ -36,8 +41,6 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
         "layers",
         "output_hidden_states": "the loss reads logits only",
         "load_base_model": "tuneyard always loads the base weights of a from_pretrained model",
-        "use_liger_kernel": "Liger kernels are not wired; the loss is the same",
-        "use_sdpa_patching": "tuneyard's attention comes from attn_implementation",
         "router_aux_loss_coef": "tuneyard's trainer adds no router auxiliary loss",
     },
     "step_scheduler": {
@@ -62,7 +65,11 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
         "json_output_path": "the summary is the benchmark_summary event, stored with the job",
     },
 }
-IGNORED_KEYS["teacher_model"] = IGNORED_KEYS["model"]  # a KD teacher loads like the student
+_TEACHER_KERNELS = "the teacher runs forward only, with its own layers"
+IGNORED_KEYS["teacher_model"] = {  # a KD teacher loads like the student, without kernels
+    **IGNORED_KEYS["model"],
+    **{key: _TEACHER_KERNELS for key in ("use_liger_kernel", "use_sdpa_patching", "sdpa_method")},
+}
 
 # Recipe module paths of AutoModel's other families: (prefix, family).
 FAMILY_MODULES = (
@@ -158,9 +165,80 @@ def family_section_errors(data: dict[str, Any]) -> list[FieldError]:
     return errors
 
 
+SDPA_BACKEND_NAMES = ("cudnn_attention", "flash_attention", "efficient_attention", "math")
+
+
+class KernelValues(BaseModel):
+    """The model loader's kernel keywords, as AutoModel's loader takes them (strict bools;
+    `sdpa_method`: `torch.nn.attention.SDPBackend` names, lower case)."""
+
+    model_config = ConfigDict(strict=True)
+    use_liger_kernel: bool = False
+    use_sdpa_patching: bool = False
+    sdpa_method: (
+        list[Literal["cudnn_attention", "flash_attention", "efficient_attention", "math"]] | None
+    ) = Field(default=None, min_length=1)
+
+    @field_validator("sdpa_method")
+    @classmethod
+    def _distinct(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("names a backend twice; list each SDPA backend once")
+        return value
+
+
+_NO_FLCE = (
+    "applies Liger's RMSNorm, SwiGLU and RoPE kernels on CUDA (the native layers, or "
+    "liger's patch of the Hugging Face class); not its fused linear cross-entropy: the "
+    "loss is computed from the logits by loss_fn; without CUDA or liger_kernel the run "
+    "falls back to the model's own layers (a kernel_fallback event)"
+)
+
+
+def _size(distributed: Any, key: str) -> int:
+    value = distributed.get(key) if isinstance(distributed, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
+def kernel_option_notes(data: dict[str, Any]) -> list[FieldError]:
+    """Warnings for the model's kernel keywords: what Liger applies, Liger turned off under
+    tensor or context parallelism (its kernels take no DTensors, as AutoModel turns it off),
+    and `sdpa_method` settling `use_sdpa_patching` (AutoModel's default true when absent)."""
+    model = data.get("model")
+    if not isinstance(model, dict):
+        return []
+    notes = []
+    if model.get("use_liger_kernel") is True:
+        distributed = data.get("distributed")
+        sizes = {k: _size(distributed, k) for k in ("tp_size", "cp_size")}
+        split = [f"distributed.{k}: {v}" for k, v in sizes.items() if v > 1]
+        if split:
+            model["use_liger_kernel"] = False
+            msg = (
+                f"not applied with {', '.join(split)}: Liger's kernels cannot take sharded tensors"
+            )
+            notes.append(FieldError("model.use_liger_kernel", msg, "remove use_liger_kernel"))
+        else:
+            notes.append(FieldError("model.use_liger_kernel", _NO_FLCE))
+    attn = model.get("attn_implementation")
+    if model.get("use_sdpa_patching") is True and attn not in (None, "sdpa", "eager"):
+        notes.append(FieldError("model.use_sdpa_patching", f"changes nothing: the model "
+                                f"attends with {attn!r}, not SDPA"))  # fmt: skip
+    if isinstance(model.get("sdpa_method"), list):
+        if "use_sdpa_patching" not in model:
+            model["use_sdpa_patching"] = True
+            notes.append(FieldError("model.use_sdpa_patching", "taken as true (AutoModel's "
+                                    "default) because sdpa_method is set"))  # fmt: skip
+        elif model["use_sdpa_patching"] is False:
+            model.pop("sdpa_method")
+            notes.append(FieldError("model.sdpa_method", "accepted and ignored: "
+                                    "use_sdpa_patching is false"))  # fmt: skip
+    return notes
+
+
 def fold_side_sections(data: dict[str, Any]) -> list[FieldError]:
     """Pop AutoModel's side sections and ignored keys from `data`, one warning for each."""
-    warnings = []
+    warnings = kernel_option_notes(data)
     for name, why in SIDE_SECTIONS.items():
         if name in data:
             data.pop(name)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict
 
 from jobs.recipe import target_specs_automodel, target_specs_pretrain, target_specs_sft
+from jobs.recipe.automodel_sections import KernelValues
 from jobs.recipe.target_plugins import operator_specs
 from jobs.recipe.target_spec import TargetSpec
 from jobs.recipe.target_spec import spec as _spec
@@ -81,7 +82,13 @@ class SquadValues(BaseModel):
     start_of_turn_token: str | None = None
 
 
-_MODEL_COMMON = ("dtype", "torch_dtype", "force_hf", "attn_implementation")
+_MODEL_COMMON = (
+    "dtype",
+    "torch_dtype",
+    "force_hf",
+    "attn_implementation",
+    *KernelValues.model_fields,
+)
 _DATASET_TOKENIZER = frozenset({"tokenizer"})
 
 
@@ -139,6 +146,7 @@ _OWN_SPECS = [
         "model",
         ("pretrained_model_name_or_path", *_MODEL_COMMON, "trust_remote_code"),
         required=("pretrained_model_name_or_path",),
+        values=KernelValues,
         overrides=True,
     ),
     _spec(
@@ -148,6 +156,7 @@ _OWN_SPECS = [
         ("config", *_MODEL_COMMON),
         required=("config",),
         nested={"config": ("config",)},
+        values=KernelValues,
         overrides=True,
     ),
     _spec(

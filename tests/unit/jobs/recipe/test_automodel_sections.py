@@ -69,8 +69,6 @@ def test_side_sections_are_warnings(validate, am_recipe, section):
         ("model", "backend", {"_target_": f"{AM}.components.models.common.BackendConfig"}),
         ("model", "output_hidden_states", True),
         ("model", "load_base_model", True),
-        ("model", "use_liger_kernel", False),
-        ("model", "use_sdpa_patching", True),
         ("model", "router_aux_loss_coef", 0.001),
         ("step_scheduler", "gc_every_steps", 100),
         ("checkpoint", "dequantize_base_checkpoint", True),
