@@ -35,7 +35,7 @@ MODEL = dict(
 )
 
 
-def recipe_for(model_dir: Path, steps: int, distributed: dict) -> dict:
+def recipe_for(model_dir: Path, steps: int, distributed: dict, dp: int) -> dict:
     return {
         "step_scheduler": {"max_steps": steps, "global_batch_size": BATCH, "num_epochs": 100},
         "rng": {"seed": 0},
@@ -51,7 +51,7 @@ def recipe_for(model_dir: Path, steps: int, distributed: dict) -> dict:
             "seq_length": SEQ,
             "num_samples": BATCH * (steps + 1),
         },
-        "dataloader": {"shuffle": False},
+        "dataloader": {"shuffle": False, "batch_size": BATCH // dp},  # one batch per step
         "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4},
         "clip_grad_norm": {"max_norm": 1.0},
         "checkpoint": {"enabled": False},
@@ -94,10 +94,9 @@ def main() -> None:
         model_dir = build_tiny_llama(root / "model", **MODEL)
         ratios = []
         for round_ in range(args.rounds):
-            plain = run_tokens_per_s(
-                root, f"fsdp-{round_}", recipe_for(model_dir, args.steps, fsdp)
-            )
-            piped = run_tokens_per_s(root, f"pp-{round_}", recipe_for(model_dir, args.steps, pp))
+            plain_recipe = recipe_for(model_dir, args.steps, fsdp, dp=RANKS)
+            plain = run_tokens_per_s(root, f"fsdp-{round_}", plain_recipe)
+            piped = run_tokens_per_s(root, f"pp-{round_}", recipe_for(model_dir, args.steps, pp, 1))
             ratios.append(piped / plain)
             print(
                 f"round {round_ + 1}: fsdp2 dp_shard {RANKS} {plain:9.0f} tok/s   "
