@@ -65,6 +65,7 @@ class Attention(nn.Module):
     """
 
     context_parallel: Any = None
+    rotary_fn: Any = None  # a kernel for `apply_rotary` (`models.common.kernels`), if any
 
     def __init__(self, config: Any, qk_norm: bool = False, qkv_bias: bool | None = None):
         super().__init__()
@@ -96,7 +97,8 @@ class Attention(nn.Module):
         v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q.transpose(1, 2), k.transpose(1, 2), *position_embeddings)
+        rotate = self.rotary_fn or apply_rotary
+        q, k = rotate(q.transpose(1, 2), k.transpose(1, 2), *position_embeddings)
         return q, k, v
 
     def forward(
