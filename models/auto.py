@@ -7,17 +7,23 @@ the config (`unsupported_reason(config)` returns None); otherwise, or with `forc
 they build `transformers.AutoModelForCausalLM`. Paths are local directories, or hub ids
 resolved through the Hugging Face cache only (offline, `local_files_only`). Which backend
 was chosen is recorded on the model as `model.tuneyard_backend` ("native" or "hf").
+The kernel keywords (`use_liger_kernel`, `use_sdpa_patching`, `sdpa_method`) are applied
+to the built model by `models.common.kernels`, which falls back (recorded on the model,
+never raised) where a kernel cannot run.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from models import registry
+from models.common import kernels
 from models.common.safetensors_io import CheckpointError
 from models.common.tie import TieWordEmbeddingsError, reject_tie_word_embeddings_flip
 
@@ -183,6 +189,7 @@ class AutoModelForCausalLM:
         **kwargs: Any,
     ) -> torch.nn.Module:
         """Load weights from a local (or HF-cached) directory of safetensors."""
+        options = kernels.pop_kernel_options(kwargs)
         directory = resolve_model_dir(pretrained_model_name_or_path)
         resolved = resolve_dtype(dtype, torch_dtype)
         config = load_config(directory, trust_remote_code=trust_remote_code)
@@ -209,20 +216,19 @@ class AutoModelForCausalLM:
                     str(exc),
                     "point at a complete checkpoint saved for this architecture",
                 ) from exc
-            return _tag(model, "native")
+            return kernels.apply_kernel_options(_tag(model, "native"), options)
         log.info("loading %s with transformers (%s)", directory, why)
         from transformers import AutoModelForCausalLM as HFAuto
 
-        extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
-        model = HFAuto.from_pretrained(
+        build = functools.partial(
+            HFAuto.from_pretrained,
             directory,
             dtype=resolved or torch.float32,
             local_files_only=True,
             trust_remote_code=trust_remote_code,
-            **extra,
             **kwargs,
         )
-        return _tag(model, "hf")
+        return _build_hf(build, options, attn_implementation)
 
     @classmethod
     def from_config(
@@ -236,6 +242,7 @@ class AutoModelForCausalLM:
         **kwargs: Any,
     ) -> torch.nn.Module:
         """Build a randomly initialised model from a config (object, dict or path)."""
+        options = kernels.pop_kernel_options(kwargs)
         resolved = resolve_dtype(dtype, torch_dtype)
         config = load_config(config, trust_remote_code=trust_remote_code)
         if resolved == "auto":
@@ -247,19 +254,36 @@ class AutoModelForCausalLM:
             model = native.from_config(
                 config, dtype=resolved, attn_implementation=attn_implementation, **kwargs
             )
-            return _tag(model, "native")
+            return kernels.apply_kernel_options(_tag(model, "native"), options)
         log.info("building %s with transformers (%s)", type(config).__name__, why)
         from transformers import AutoModelForCausalLM as HFAuto
 
-        extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
-        model = HFAuto.from_config(
+        build = functools.partial(
+            HFAuto.from_config,
             config,
             dtype=resolved or torch.float32,
             trust_remote_code=trust_remote_code,
-            **extra,
             **kwargs,
         )
-        return _tag(model, "hf")
+        return _build_hf(build, options, attn_implementation)
+
+
+def _build_hf(
+    build: Callable[..., torch.nn.Module], options: kernels.KernelOptions, attn: str | None
+) -> torch.nn.Module:
+    """The Hugging Face class, with sdpa under `use_sdpa_patching` when the recipe chose no
+    attention; a class that cannot run sdpa is built with its default (a fallback)."""
+    chosen = kernels.hf_attention(options, attn)
+    fallbacks = []
+    try:
+        model = build(**({"attn_implementation": chosen} if chosen else {}))
+    except ValueError as exc:
+        if chosen == attn:  # the recipe's own choice: its error is the user's
+            raise
+        fallbacks.append(("use_sdpa_patching", f"the class cannot run sdpa ({exc}); its default "
+                          "attention runs"))  # fmt: skip
+        model = build()
+    return kernels.apply_kernel_options(_tag(model, "hf"), options, fallbacks=fallbacks)
 
 
 def _config_dtype(config: Any) -> torch.dtype:

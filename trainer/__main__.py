@@ -110,6 +110,9 @@ def run(recipe: Recipe, run_dir: Path) -> int:
             from trainer.kd import attach_teacher
 
             attach_teacher(training)
+        from trainer.builders import report_kernel_fallbacks
+
+        report_kernel_fallbacks(training.model, log, training.step)
         code = loop_for(recipe)(training, log)
         log.close()
         return int(code)

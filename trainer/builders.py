@@ -6,6 +6,7 @@ section), never the whole recipe. Every `_target_` goes through `jobs.recipe.tar
 tokenizer, the parameters, the optimizer, `max_steps`). Validation already refused what the
 trainer cannot run; what is left surfaces here as `TrainerError`s about the data: a
 tokenizer that cannot be read or is larger than the model's vocabulary, an empty dataset.
+A loader kernel option that fell back is reported as a `kernel_fallback` event.
 """
 
 from __future__ import annotations
@@ -80,6 +81,15 @@ def build_model(call: TargetCall, loc: str = "model") -> nn.Module:
         return build_target(call, loc)
     except ModelLoadError as exc:
         raise data_error(str(exc)) from None
+
+
+def report_kernel_fallbacks(model: nn.Module, log: Any, step: int) -> None:
+    """One `kernel_fallback` warning event per loader kernel option that could not apply
+    (no CUDA, liger_kernel not importable, ...): the run trains on with its own layers."""
+    from models.common.kernels import kernel_fallbacks
+
+    for option, reason in kernel_fallbacks(model):
+        log.event("kernel_fallback", step, option=f"model.{option}", message=reason)
 
 
 def check_vocab(tokenizer: Any, model: nn.Module) -> None:

@@ -58,9 +58,12 @@ def build_meta_native(
     path can fill (Hugging Face fallback, `force_hf`, an adapter without the capability).
     """
     from models.auto import load_config, native_class_for, resolve_dtype, resolve_model_dir
+    from models.common.kernels import apply_kernel_options, pop_kernel_options
 
     if force_hf:
         return None
+    kwargs = dict(kwargs)
+    options = pop_kernel_options(kwargs)
     directory = resolve_model_dir(pretrained_model_name_or_path)
     config = load_config(directory, trust_remote_code=trust_remote_code)
     native, _why = native_class_for(config, attn_implementation)
@@ -71,7 +74,7 @@ def build_meta_native(
         directory, dtype=resolved, attn_implementation=attn_implementation, **kwargs
     )
     model.tuneyard_backend = "native"
-    return model, directory
+    return apply_kernel_options(model, options), directory  # swaps keep the meta weights
 
 
 def _load_targets(model: NativeCausalLM) -> dict[str, torch.Tensor]:
