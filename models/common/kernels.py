@@ -22,6 +22,7 @@ import functools
 import importlib
 import inspect
 import logging
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -262,14 +263,17 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 
 
 def _run_under_sdpa_kernel(module: nn.Module, backends: list[Any]) -> None:
-    """Wrap one layer's forward (an activation-checkpoint recompute goes through it too)."""
+    """Wrap one layer's forward (an activation-checkpoint recompute goes through it too).
+
+    Bound to the layer as a method, so a deep copy of the model (a pipeline split) rebinds
+    it to the copy rather than calling the original layer."""
     from torch.nn.attention import sdpa_kernel
 
-    inner = module.forward
+    inner = module.forward.__func__  # the function this layer's forward runs now
 
     @functools.wraps(inner)
-    def forward(*args: Any, **kwargs: Any) -> Any:
+    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         with sdpa_kernel(backends):
-            return inner(*args, **kwargs)
+            return inner(self, *args, **kwargs)
 
-    module.forward = forward
+    module.forward = types.MethodType(forward, module)

@@ -5,6 +5,7 @@ and the fallbacks recorded when liger cannot run (the path that really runs on C
 
 from __future__ import annotations
 
+import copy
 import sys
 import types
 from typing import Any
@@ -201,6 +202,9 @@ def test_sdpa_patching_on_cuda_runs_each_layer_under_sdpa_kernel(monkeypatch):
     _logits(model)
     backends = [attention.SDPBackend.FLASH_ATTENTION, attention.SDPBackend.MATH]
     assert entered == [backends, backends]  # once per decoder layer
+    copied = copy.deepcopy(model)  # a pipeline split copies: the wrapper follows the copy
+    assert all(layer.forward.__self__ is layer for layer in copied.model.layers)
+    assert torch.equal(_logits(copied), _logits(model)) and len(entered) == 6
 
 
 def test_the_default_sdpa_method_is_automodel_s():
