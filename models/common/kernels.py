@@ -102,7 +102,8 @@ def apply_kernel_options(
         reason = _apply_liger(model, device_type, applied)
         if reason:
             fallbacks.append(("use_liger_kernel", reason))
-    if options.use_sdpa_patching:
+    sdpa_fell_back = any(option == "use_sdpa_patching" for option, _ in fallbacks)
+    if options.use_sdpa_patching and not sdpa_fell_back:  # one report per option
         reason = _patch_sdpa(model, options.sdpa_method or DEFAULT_SDPA_METHOD, device_type)
         if reason:
             fallbacks.append(("use_sdpa_patching", reason))

@@ -237,3 +237,24 @@ def test_the_trainer_reports_one_event_per_fallback():
     [(name, step, fields)] = log.events
     assert (name, step, fields["option"]) == ("kernel_fallback", 0, "model.use_liger_kernel")
     assert "CUDA" in fields["message"]
+
+
+def test_an_hf_class_without_sdpa_builds_with_its_default_and_reports_once():
+    from models import auto
+
+    asked: list[dict[str, Any]] = []
+
+    def build(**kwargs: Any) -> nn.Module:
+        asked.append(kwargs)
+        if kwargs.get("attn_implementation") == "sdpa":
+            raise ValueError("FooForCausalLM does not support an attention implementation "
+                             "through torch.nn.functional.scaled_dot_product_attention yet")  # fmt: skip
+        return _native(force_hf=True)
+
+    options = kernels.KernelOptions(use_sdpa_patching=True)
+    model = auto._build_hf(build, options, None)
+    assert asked == [{"attn_implementation": "sdpa"}, {}]
+    [(option, reason)] = model.tuneyard_kernel_fallbacks
+    assert option == "use_sdpa_patching" and "cannot run sdpa" in reason
+    with pytest.raises(ValueError):  # the recipe's own choice is not retried
+        auto._build_hf(build, options, "sdpa")
