@@ -2,7 +2,9 @@
 
 Exit 0 when valid, 2 when not. `--json` prints exactly one JSON object
 `{"valid", "errors": [{"loc", "msg", "fix"}], "warnings": [...], "plan"}`; otherwise a
-readable report with every error and warning at once and the plan. Warnings (what was
+readable report with every error and warning at once, the plan and its estimate (memory
+per rank, FLOPs, time). `--device-memory 80GiB` refuses a recipe whose estimate cannot fit
+one device, at `distributed`, with the cheapest fixes. Warnings (what was
 accepted but is not used) never make a recipe invalid. Overrides follow the recipe path in the seed's CLI form
 (`--optimizer.lr 1e-4`, `--step_scheduler.max_steps=500`, a bare `--flag`).
 """
@@ -15,6 +17,7 @@ from typing import Any
 
 import typer
 
+from jobs.recipe.memory_fit import parse_memory_size
 from jobs.recipe.requirements import local_requirement_warnings
 from jobs.recipe.validation import ValidationResult, validate_job
 
@@ -36,13 +39,34 @@ def _report(recipe: Path, result: ValidationResult) -> str:
         lines.append(f"  warning: {warning.loc}: {warning.msg}")
         if warning.fix:
             lines.append(f"      fix: {warning.fix}")
-    plan = {k: v for k, v in result.plan.items() if k != "warnings"}  # printed above
+    plan = {k: v for k, v in result.plan.items() if k not in ("warnings", "estimate")}
     lines.append("plan:")
     width = max(len(k) for k in plan) if plan else 0
     for key, value in plan.items():
         shown = "-" if value is None else _format(value)
         lines.append(f"  {key.ljust(width)}  {shown}")
-    return "\n".join(lines)
+    return "\n".join(lines + _estimate_lines(result.plan.get("estimate")))
+
+
+def _estimate_lines(estimate: dict[str, Any] | None) -> list[str]:
+    """The estimate in GiB and hours; what it assumes is in --json's `basis`."""
+    if not estimate:
+        return ["estimate: - (the model's sizes or the sequence length are unknown here)"]
+    memory = estimate["memory_per_rank_bytes"]
+    parts = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in memory.items() if k != "total")
+    lines = [
+        "estimate:",
+        f"  memory per rank  {memory['total'] / 2**30:.2f} GiB ({parts})",
+        f"  flops per step   {estimate['flops_per_step']:.3g}",
+        f"  step / eta       {estimate['step_seconds']:.3g} s / {estimate['eta_seconds']:.3g} s"
+        f" ({estimate['device_hours']:.3g} device-hours, throughput "
+        f"{estimate['basis']['throughput']})",
+    ]
+    fit = estimate.get("fit")
+    if fit:
+        verdict = "fits" if fit["fits"] else "does not fit"
+        lines.append(f"  device           {fit['device_memory_bytes'] / 2**30:.2f} GiB: {verdict}")
+    return lines
 
 
 def _format(value: Any) -> str:
@@ -62,6 +86,12 @@ def validate(
     nnodes: int = typer.Option(1, "--nnodes", help="Number of nodes."),
     accelerator: str = typer.Option("cpu", "--accelerator", help="cpu or cuda."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    device_memory: str | None = typer.Option(
+        None,
+        "--device-memory",
+        help="Memory of one device (80GiB, 24GB, 512MiB): refuse a job whose estimate "
+        "cannot fit, with the cheapest fixes.",
+    ),
 ) -> None:
     """Check a recipe for these resources and print the plan (exit 0 valid, 2 invalid).
 
@@ -69,7 +99,11 @@ def validate(
     or a bare --flag for true.
     """
     resources = {"nnodes": nnodes, "nproc_per_node": nproc_per_node, "accelerator": accelerator}
-    result = validate_job(recipe, list(ctx.args), resources)
+    memory = parse_memory_size(device_memory) if device_memory is not None else None
+    if device_memory is not None and memory is None:
+        typer.echo(f"--device-memory: cannot read {device_memory!r}; give e.g. 80GiB", err=True)
+        raise typer.Exit(EXIT_INVALID)
+    result = validate_job(recipe, list(ctx.args), resources, device_memory=memory)
     _add_local_requirement_warnings(result)
     if as_json:
         typer.echo(json.dumps(result.to_dict()))

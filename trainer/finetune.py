@@ -33,7 +33,7 @@ from trainer.context_parallel import shard_batch
 from trainer.distributed import all_reduce_sum
 from trainer.errors import TrainerError
 from trainer.loss import token_loss_sum
-from trainer.metrics import RunLog, StepMeter, ValRecord
+from trainer.metrics import RunLog, StepMeter, ValRecord, rank_peak_memory
 from trainer.parallelize import clip_grad_norm
 from trainer.recovery import DivergenceGuard
 from trainer.sample_log import StepRows
@@ -283,7 +283,9 @@ def _train_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCo
             log.event("preempted", run.step, code="preempted", exit_code=ExitCode.PREEMPTED)
             return ExitCode.PREEMPTED
     report_saves(log, run.checkpoints.wait())
-    log.event("finished", run.step, metrics=asdict(record) if record else {})
+    peaks = rank_peak_memory(run.env.device)  # a collective: every rank reaches this line
+    log.event("finished", run.step, metrics=asdict(record) if record else {},
+              peak_memory_bytes=peaks)  # fmt: skip
     return ExitCode.OK
 
 
@@ -294,7 +296,8 @@ def _announce_start(run: TrainingRun, log: RunLog) -> None:
         )
         fingerprint.verify_resume(run, log)  # resume_verified, or resume_mismatch and fail
     else:
-        log.event("started", run.step, **_layout(run))
+        peaks = rank_peak_memory(run.env.device)  # after the model is built and sharded
+        log.event("started", run.step, **_layout(run), peak_memory_bytes=peaks)
 
 
 def _layout(run: TrainingRun) -> dict[str, Any]:

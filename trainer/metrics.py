@@ -4,13 +4,16 @@ Rank 0 appends one JSON line per record to `D/metrics.jsonl` and per lifecycle e
 `D/events.jsonl`, flushing each line before training goes on, so a crash loses at most
 the step in flight. Record shapes are the contract the worker ingests (see the brief).
 `RunLog` also hands every record to the recipe's experiment trackers (`trainer.trackers`).
-MFU divides model FLOPs (`models.hooks.model_flops_per_token`) by the devices' peak:
-a table of dense bf16 peaks for GPUs, or on CPU a float32 matmul rate measured once.
+MFU divides model FLOPs (`models.hooks.model_flops_per_token`, from the architecture) by the
+devices' peak from a table by device name and compute dtype, and is null where the peak is
+unknown (CPU included). Memory is each rank's peak: CUDA `max_memory_allocated`, on CPU the
+growth of the peak resident set over the set when the run log opened (`peak_memory_bytes`).
 """
 
 from __future__ import annotations
 
 import json
+import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,27 +21,11 @@ from typing import Any, TextIO
 
 import psutil
 import torch
+import torch.distributed as dist
 
 from jobs.recipe.typed import Recipe
 from models.hooks import model_flops_per_token
 from trainer.trackers import FAILED, FINISHED, KILLED, GuardedTracker, open_trackers
-
-# Dense (no sparsity) bf16 tensor-core peaks in FLOP/s, matched against the device name.
-GPU_PEAK_FLOPS = (
-    ("H200", 989e12),
-    ("H100", 989e12),
-    ("H800", 989e12),
-    ("GH200", 989e12),
-    ("B200", 2250e12),
-    ("B100", 1750e12),
-    ("A100", 312e12),
-    ("A800", 312e12),
-    ("L40S", 362e12),
-    ("L4", 121e12),
-    ("A10", 125e12),
-    ("V100", 125e12),
-    ("T4", 65e12),
-)
 
 
 @dataclass
@@ -51,7 +38,7 @@ class TrainRecord:
     mem: float
     tps: float
     tps_per_rank: float
-    mfu: float
+    mfu: float | None
     num_tokens: int
     timestamp: float
     kind: str = "train"
@@ -97,6 +84,7 @@ class RunLog:
     recipe's experiment trackers, which see every record `metrics.jsonl` gets (rank 0)."""
 
     def __init__(self, run_dir: Path, is_rank0: bool):
+        mark_memory_baseline()  # opened before the model is built: the run's memory starts here
         self.run_dir, self.is_rank0 = run_dir, is_rank0
         self.metrics = JsonlWriter(run_dir / "metrics.jsonl", is_rank0)
         self.events = JsonlWriter(run_dir / "events.jsonl", is_rank0)
@@ -133,43 +121,120 @@ class RunLog:
         self.events.close()
 
 
+def _rss_bytes() -> int:
+    return psutil.Process().memory_info().rss
+
+
+# The resident set the CPU peak is measured from: at import, then again when the run log
+# opens (`RunLog`: the trainer's modules imported, the process group up, nothing built), so
+# the growth is what the run itself holds, not the interpreter and its libraries.
+_baseline = {"rss": _rss_bytes()}
+
+
+def mark_memory_baseline() -> None:
+    _baseline["rss"] = _rss_bytes()
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """This rank's peak memory so far: CUDA `max_memory_allocated`, else the growth of the
+    process's peak resident set (`ru_maxrss`) over the baseline."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return max(0, peak - _baseline["rss"])
+
+
 def memory_gib(device: torch.device) -> float:
-    """Peak allocated GiB on a CUDA device, else the process's resident set size."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    return psutil.Process().memory_info().rss / 2**30
+    """`peak_memory_bytes` in GiB (MetricsSample `mem`)."""
+    return peak_memory_bytes(device) / 2**30
 
 
-def measure_cpu_matmul_flops(size: int = 256, seconds: float = 0.2) -> float:
-    """Float32 matmul FLOP/s of this process (one rank's peak on CPU)."""
-    generator = torch.Generator().manual_seed(0)  # never touch the training RNG stream
-    a = torch.randn(size, size, generator=generator)
-    b = torch.randn(size, size, generator=generator)
-    torch.mm(a, b)
-    runs, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        torch.mm(a, b)
-        runs += 1
-    return 2 * size**3 * runs / (time.perf_counter() - start)
+def rank_peak_memory(device: torch.device) -> list[int]:
+    """Every rank's `peak_memory_bytes`, in rank order (a collective: all ranks call it)."""
+    mine = peak_memory_bytes(device)
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return [mine]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, mine)
+    return [int(value) for value in gathered]
 
 
-def device_peak_flops(device: torch.device) -> float:
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for key, peak in GPU_PEAK_FLOPS:
-            if key in name:
-                return peak
-        return 312e12  # an unknown GPU: assume A100 class rather than report nothing
-    return measure_cpu_matmul_flops()
+# Dense (no sparsity) peaks in FLOP/s by device name and compute dtype; float32 is the
+# plain (non-TF32) rate, which torch uses for float32 matmuls by default. The first name
+# contained in the device's name wins, so "H100 PCIe" comes before "H100".
+PEAK_FLOPS_BY_DTYPE: tuple[tuple[str, dict[str, float]], ...] = (
+    ("GH200", {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12}),
+    ("H100 PCIe", {"bfloat16": 756e12, "float16": 756e12, "float32": 51e12}),
+    ("H200", {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12}),
+    ("H100", {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12}),
+    ("H800", {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12}),
+    ("B200", {"bfloat16": 2250e12, "float16": 2250e12, "float32": 80e12}),
+    ("B100", {"bfloat16": 1750e12, "float16": 1750e12, "float32": 60e12}),
+    ("A100", {"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12}),
+    ("A800", {"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12}),
+    ("L40S", {"bfloat16": 362e12, "float16": 362e12, "float32": 91.6e12}),
+    ("L4", {"bfloat16": 121e12, "float16": 121e12, "float32": 30.3e12}),
+    ("A10", {"bfloat16": 125e12, "float16": 125e12, "float32": 31.2e12}),
+    ("V100", {"float16": 125e12, "float32": 15.7e12}),
+    ("T4", {"float16": 65e12, "float32": 8.1e12}),
+)
+# The bfloat16 column, as the benchmark recipe reads it.
+GPU_PEAK_FLOPS = tuple(
+    (name, peaks["bfloat16"]) for name, peaks in PEAK_FLOPS_BY_DTYPE if "bfloat16" in peaks
+)
+
+
+def peak_flops_for(device_name: str, dtype: str) -> float | None:
+    """The table's peak for this device and compute dtype; None when either is unknown."""
+    for key, peaks in PEAK_FLOPS_BY_DTYPE:
+        if key in device_name:
+            return peaks.get(dtype)
+    return None
+
+
+def device_peak_flops(device: torch.device, dtype: torch.dtype) -> float | None:
+    """One device's peak for `dtype`; None on CPU and on accelerators the table lacks (an
+    MFU against a guessed peak would say nothing)."""
+    if device.type != "cuda":
+        return None
+    return peak_flops_for(torch.cuda.get_device_name(device), str(dtype).removeprefix("torch."))
+
+
+def compute_dtype(model: Any) -> torch.dtype:
+    """The dtype matmuls run in: FSDP2's mixed-precision param dtype, else the parameters'."""
+    state = getattr(model, "_get_fsdp_state", None)
+    policy = getattr(state(), "_mp_policy", None) if callable(state) else None
+    if policy is not None and policy.param_dtype is not None:
+        return policy.param_dtype
+    first = next(iter(model.parameters()), None)
+    return first.dtype if first is not None else torch.float32
+
+
+def lora_adapter_params(model: Any) -> int | None:
+    """Trainable LoRA adapter parameters, or None for a model without adapters."""
+    sizes = [p.numel() for n, p in model.named_parameters() if "lora_" in n and p.requires_grad]
+    return sum(sizes) if sizes else None
 
 
 class StepMeter:
-    """Turns one step's loss, tokens and wall time into a TrainRecord (tps, mem, MFU)."""
+    """Turns one step's loss, tokens and wall time into a TrainRecord (tps, mem, MFU).
+
+    FLOPs per token come from the architecture (`models.hooks.model_flops_per_token`; with
+    LoRA adapters the frozen base costs forward + input gradient); MFU is null where the
+    device's peak for the compute dtype is unknown, CPU included.
+    """
 
     def __init__(self, model: Any, device: torch.device, world_size: int):
         self.config = getattr(model, "config", None)
         self.device, self.world_size = device, world_size
-        self.peak = device_peak_flops(device) * world_size
+        self.adapters = lora_adapter_params(model)
+        peak = device_peak_flops(device, compute_dtype(model))
+        self.peak = peak * world_size if peak is not None else None
+
+    def flops_per_token(self, seq_len: int) -> float | None:
+        if self.config is None:
+            return None
+        return model_flops_per_token(self.config, seq_len, lora=self.adapters)
 
     def train_record(
         self,
@@ -183,7 +248,8 @@ class StepMeter:
         start: float,
     ) -> TrainRecord:
         tps = tokens / max(time.perf_counter() - start, 1e-9)
-        flops = model_flops_per_token(self.config, seq_len) if self.config is not None else 0.0
+        flops = self.flops_per_token(seq_len)
+        mfu = flops * tps / self.peak if flops is not None and self.peak else None
         return TrainRecord(
             step,
             epoch,
@@ -193,7 +259,7 @@ class StepMeter:
             memory_gib(self.device),
             tps,
             tps / self.world_size,
-            flops * tps / self.peak,
+            mfu,
             tokens,
             time.time(),
         )

@@ -1,7 +1,9 @@
 """This worker process's identity, the resources it offers, and its heartbeat thread.
 
 The worker advertises its name, queues, host, GPU ids (from CUDA_VISIBLE_DEVICES or a
-torch-free `nvidia-smi -L` probe), CPU ranks, the optional packages it can import (a job
+torch-free `nvidia-smi -L` probe), the memory of one device (`probe_device_memory`: declared,
+or `nvidia-smi`; submit refuses a job whose estimate cannot fit it), CPU ranks, the
+optional packages it can import (a job
 that requires one is claimed only by a worker that has it), and the jobs it is running, into the
 `workers` table every `heartbeat_seconds`; the reconciler marks a worker whose heartbeat
 stops as lost.
@@ -19,6 +21,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
+from jobs.recipe.memory_fit import parse_memory_size
 from jobs.recipe.requirements import worker_packages
 from jobs.store.engine import session_scope
 from jobs.store.leases import record_heartbeat
@@ -43,6 +46,29 @@ def probe_gpu_ids() -> tuple[int, ...]:
     return tuple(range(sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))))
 
 
+DEVICE_MEMORY_ENV = "TUNEYARD_WORKER_DEVICE_MEMORY"
+
+
+def probe_device_memory() -> int | None:
+    """Bytes of one device: TUNEYARD_WORKER_DEVICE_MEMORY (`80GiB`, declared by the operator),
+    else the smallest GPU's total from `nvidia-smi` (no torch); None when neither says."""
+    declared = os.environ.get(DEVICE_MEMORY_ENV)
+    if declared:
+        value = parse_memory_size(declared)
+        if value is None:
+            log.warning("%s=%r is not a size such as 80GiB; ignored", DEVICE_MEMORY_ENV, declared)
+        return value
+    if not shutil.which("nvidia-smi"):
+        return None
+    query = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(query, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    mib = [int(line) for line in out.stdout.split() if line.strip().isdigit()]
+    return min(mib) << 20 if mib else None
+
+
 class WorkerState:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
@@ -50,6 +76,7 @@ class WorkerState:
         self.gpu_ids = probe_gpu_ids()
         self.slices = GpuSlices(self.gpu_ids)  # each running CUDA job's share of gpu_ids
         self.packages = worker_packages()  # optional packages its trainer can import
+        self.device_memory = probe_device_memory()  # per device; refuses jobs that cannot fit
         self._running: set[str] = set()
         self._dropped: dict[str, int] = {}  # stale or malformed messages, by reason
         self._lock = threading.Lock()
@@ -68,6 +95,7 @@ class WorkerState:
             "queues": self.config.queue_list(),
             "running": running,
             "packages": list(self.packages),
+            "device_memory_bytes": self.device_memory,
             "pid": os.getpid(),
             "dropped_messages": dropped,
         }

@@ -5,9 +5,10 @@ The model section names a local directory (read its `config.json` with json), a 
 for `from_config`. A config file is opened only through `jobs.recipe.paths.read_bounded`:
 its real path inside the roots its directory was checked against (the hub cache for a hub
 name), at most `CONFIG_FILE_CAP` bytes. From the config come the architecture (whose
-capabilities the torch-free `models.registry` table gives), the parameter count (a
-Llama-style estimate) and `vocab_size`. `check_model_kwargs` refuses the legacy flat loader
-kwargs that now live in the `distributed` section, unknown dtypes and `trust_remote_code: true`.
+capabilities the torch-free `models.registry` table gives), the parameter count (exact for
+native families, `models.common.flops`) and `vocab_size`. `check_model_kwargs` refuses the
+legacy flat loader kwargs that now live in the `distributed` section, unknown dtypes and
+`trust_remote_code: true`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from jobs.recipe.errors import FieldError
 from jobs.recipe.paths import read_bounded
+from models.common.flops import param_count
 from models.registry import ModelCapabilities, capabilities_for, registered_architectures
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -182,33 +184,16 @@ def architecture_of(config: dict[str, Any] | None) -> str | None:
     return None
 
 
-def _int(config: dict[str, Any], *keys: str) -> int | None:
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
 def estimate_param_count(config: dict[str, Any] | None) -> int | None:
-    """Llama-style count: embeddings, GQA attention, gated MLP, norms, lm_head unless tied."""
+    """The parameter count from the config: exact for the native families (the registry
+    family's weight list in `models.common.flops`), Llama-style arithmetic otherwise; None
+    when the config lacks the sizes."""
     if not config:
         return None
-    vocab, hidden = _int(config, "vocab_size"), _int(config, "hidden_size", "n_embd", "d_model")
-    layers = _int(config, "num_hidden_layers", "n_layer", "num_layers")
-    if not (vocab and hidden and layers):
+    try:
+        return param_count(config)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError):
         return None
-    heads = _int(config, "num_attention_heads", "n_head") or 1
-    kv_heads = _int(config, "num_key_value_heads") or heads
-    head_dim = _int(config, "head_dim") or hidden // heads
-    inter = _int(config, "intermediate_size", "n_inner") or 4 * hidden
-    attn = hidden * head_dim * (2 * heads + 2 * kv_heads)
-    if config.get("attention_bias"):
-        attn += head_dim * (heads + 2 * kv_heads) + hidden
-    mlp = 3 * hidden * inter + (2 * inter + hidden if config.get("mlp_bias") else 0)
-    per_layer = attn + mlp + 2 * hidden
-    tied = bool(config.get("tie_word_embeddings", False))
-    return vocab * hidden * (1 if tied else 2) + layers * per_layer + hidden
 
 
 _CAPABILITY_FIELDS = (

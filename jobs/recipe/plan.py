@@ -2,8 +2,9 @@
 
 World size and mesh shape from the DistributedSetup, batches and steps from the normalized
 step scheduler, tokens per step (global batch x sequence length, where the sequence length
-is known), where the model config is readable the architecture and parameter count, and the
-optional packages the job requires (`requires`: package -> the field that needs it).
+is known), where the model config is readable the architecture and parameter count, the
+optional packages the job requires (`requires`: package -> the field that needs it), and the
+`estimate` of memory per rank, FLOPs and time (`jobs.recipe.estimate`).
 Fields that cannot be known yet (an invalid topology, an uncached hub model) are null.
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from jobs.recipe.checks import seq_length_of
 from jobs.recipe.distributed import DistributedSetup
+from jobs.recipe.estimate import build_estimate
 from jobs.recipe.requirements import requirement_sources
 
 PLAN_KEYS = (
@@ -39,6 +41,7 @@ PLAN_KEYS = (
     "architecture",
     "param_count",
     "requires",
+    "estimate",
 )
 
 
@@ -60,9 +63,14 @@ def _topology(setup: DistributedSetup | None) -> dict[str, Any]:
 
 
 def build_plan(
-    recipe: dict[str, Any] | None, setup: DistributedSetup | None, resources: Any, info: Any
+    recipe: dict[str, Any] | None,
+    setup: DistributedSetup | None,
+    resources: Any,
+    info: Any,
+    flops_per_rank: float | None = None,
 ) -> dict[str, Any]:
-    """Every PLAN_KEYS entry, null where unknown."""
+    """Every PLAN_KEYS entry, null where unknown. `flops_per_rank` is the throughput the
+    queue learned from its finished jobs (the estimate's time), None for the default."""
     plan: dict[str, Any] = dict.fromkeys(PLAN_KEYS)
     plan.update(
         world_size=resources.world_size,
@@ -82,4 +90,6 @@ def build_plan(
     if info is not None:
         plan["architecture"], plan["param_count"] = info.architecture, info.param_count
     plan["requires"] = requirement_sources(recipe)  # package -> the field that needs it
+    config = info.config if info is not None else None
+    plan["estimate"] = build_estimate(recipe, setup, plan, config, flops_per_rank)
     return plan

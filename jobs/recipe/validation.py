@@ -6,7 +6,8 @@ every section against the schema (`jobs.recipe.schema`), the `_target_` allowlis
 (`models.registry`, torch-free), the allowed filesystem roots and the batch arithmetic, and
 returns a `ValidationResult`: all errors at once, the warnings (what was accepted but is not
 used), the normalized recipe the trainer reads,
-the DistributedSetup, and a plan (world size, mesh, batches, tokens per step, model size).
+the DistributedSetup, and a plan (world size, mesh, batches, tokens per step, model size,
+the memory/time estimate; given the device memory, a job that cannot fit is refused).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from jobs.recipe.automodel_sections import is_family_refusal
 from jobs.recipe.bounds import check_bounds
 from jobs.recipe.distributed import DistributedSetup
 from jobs.recipe.errors import FieldError, RecipeInvalid
+from jobs.recipe.memory_fit import fit_check
 from jobs.recipe.normalize import normalize_recipe
 from jobs.recipe.overrides import apply_overrides, parse_overrides
 from jobs.recipe.plan import build_plan
@@ -31,8 +33,15 @@ from jobs.recipe.scope import JobScope
 from jobs.recipe.settings import RecipeSettings
 from jobs.recipe.typed import Recipe, build_recipe, is_stored_recipe, recipe_sections
 from jobs.recipe.yaml_loader import LimitExceeded, load_yaml
+from models.registry import capabilities_for
 
 FILE_LOC = "<recipe>"
+UNCHECKED_MEMORY = FieldError(
+    "distributed",
+    "the memory per rank was not checked against the device: the model's sizes or the "
+    "sequence length are not known here",
+    "give dataset.max_seq_length and a model whose config.json is readable here",
+)
 
 
 class Resources(BaseModel):
@@ -179,11 +188,16 @@ def validate_job(
     allow_remote_code: bool = False,
     *,
     scope: JobScope | None = None,
+    device_memory: int | None = None,
+    flops_per_rank: float | None = None,
 ) -> ValidationResult:
     """Check everything about a job; never raises for bad input.
 
     `allow_remote_code` is the project's grant; the operator's (`settings`) also allows it.
     `scope` is the caller's project (the server's): run-dir paths stay in its own runs.
+    `device_memory` (bytes per device, the queue's workers' or a declared one) refuses a
+    job whose memory estimate cannot fit (`jobs.recipe.memory_fit`); `flops_per_rank` is
+    the queue's learned throughput behind the estimate's time.
     """
     settings = settings or RecipeSettings()
     if allow_remote_code and not settings.allow_remote_code:
@@ -202,7 +216,12 @@ def validate_job(
     errors = _mark_overridden(errors + recipe_errors, {k for k, _ in pairs})
     family = [e for e in errors if is_family_refusal(e)]
     errors = family or errors  # another family's recipe: that is the answer, not its details
-    plan = build_plan(normalized, setup, res, info)
+    plan = build_plan(normalized, setup, res, info, flops_per_rank)
+    if device_memory is not None and not errors:
+        supports_tp = capabilities_for(info.architecture if info else None).supports_tp
+        errors = fit_check(plan.get("estimate"), device_memory, supports_tp)
+        if plan.get("estimate") is None:
+            warnings = [*warnings, UNCHECKED_MEMORY]
     plan["trust_remote_code"] = any(  # the student's or a KD teacher's own Python runs
         bool((normalized.get(name) or {}).get("trust_remote_code"))
         for name in ("model", "teacher_model")

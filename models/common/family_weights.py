@@ -16,10 +16,19 @@ from typing import Any, Literal
 WeightKind = Literal["linear", "experts", "embedding", "vector"]
 
 
+# Other spellings of the same sizes in config.json files of non-Llama architectures.
+ALIASES = {"hidden_size": ("n_embd", "d_model"), "num_hidden_layers": ("n_layer", "num_layers"),
+           "num_attention_heads": ("n_head",), "intermediate_size": ("n_inner",)}  # fmt: skip
+
+
 def cfg(config: Any, name: str, default: Any = None) -> Any:
-    """A config field from a transformers config or a plain dict; None counts as absent."""
-    value = config.get(name) if isinstance(config, dict) else getattr(config, name, None)
-    return default if value is None else value
+    """A config field from a transformers config or a plain dict (or one of its `ALIASES`);
+    None counts as absent."""
+    for key in (name, *ALIASES.get(name, ())):
+        value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+        if value is not None:
+            return value
+    return default
 
 
 @dataclass(frozen=True)
@@ -50,17 +59,28 @@ def _vector(name: str, size: int, count: int) -> Weight:
     return Weight(name, (size, 1), count, 0, "vector")
 
 
+MAX_SIZE, MAX_LAYERS = 1 << 40, 1 << 16  # beyond any model; a config past them is refused
+
+
+def size(config: Any, name: str, default: Any = None, limit: int = MAX_SIZE) -> int:
+    """A positive integer size field (ValueError when missing, not an integer, or absurd)."""
+    value = cfg(config, name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit:
+        raise ValueError(f"config {name} must be a positive integer, got {value!r}")
+    return value
+
+
 class Dims:
     """The sizes every family reads: hidden, layers, heads, kv heads, head_dim, vocab."""
 
     def __init__(self, config: Any):
-        self.hidden = int(cfg(config, "hidden_size"))
-        self.layers = int(cfg(config, "num_hidden_layers"))
-        self.heads = int(cfg(config, "num_attention_heads"))
-        self.kv_heads = int(cfg(config, "num_key_value_heads", self.heads))
-        self.head_dim = int(cfg(config, "head_dim", self.hidden // self.heads))
-        self.vocab = int(cfg(config, "vocab_size"))
-        self.inter = int(cfg(config, "intermediate_size", 4 * self.hidden))
+        self.hidden = size(config, "hidden_size")
+        self.layers = size(config, "num_hidden_layers", limit=MAX_LAYERS)
+        self.heads = size(config, "num_attention_heads")
+        self.kv_heads = size(config, "num_key_value_heads", self.heads)
+        self.head_dim = size(config, "head_dim", max(1, self.hidden // self.heads))
+        self.vocab = size(config, "vocab_size")
+        self.inter = size(config, "intermediate_size", 4 * self.hidden)
 
 
 def _ends(config: Any, d: Dims, tied_default: bool = False) -> list[Weight]:

@@ -24,6 +24,7 @@ from models.registry import entry_for_model_type, get_entry
 __all__ = [
     "FAMILY_WEIGHTS",
     "FlopsBreakdown",
+    "LoraSpec",
     "Weight",
     "family_of",
     "flops_breakdown",
@@ -89,6 +90,10 @@ def lora_params(
     return total, active
 
 
+# LoRA as the recipe's peft section gives it: rank, target_modules, exclude_modules.
+LoraSpec = tuple[int, list[str] | None, list[str] | None]
+
+
 @dataclass(frozen=True)
 class FlopsBreakdown:
     """Training FLOPs per token: weight matmuls, attention scores, LoRA adapters."""
@@ -118,19 +123,24 @@ def flops_breakdown(
     config: Any,
     seq_len: int,
     family: str | None = None,
-    lora: tuple[int, list[str] | None, list[str] | None] | None = None,
+    lora: LoraSpec | int | None = None,
 ) -> FlopsBreakdown:
     """Training FLOPs per token. Full fine-tuning: 3 x forward (forward, input gradient,
     weight gradient) for every matmul a token passes through. LoRA (`lora` = rank, targets,
     excluded): the frozen base runs forward and input gradient only (2 x forward), the
-    adapters all three; attention scores have no weights and cost 3 x forward either way."""
+    adapters all three; attention scores have no weights and cost 3 x forward either way.
+    `lora` is (rank, target_modules, exclude_modules) as the recipe gives them, or the
+    number of adapter parameters a token passes through (counted on a built model)."""
     weights = model_weights(config, family)
     forward = sum(2 * w.matmul_per_token for w in weights)
     attention = 3 * _attention_flops(config, seq_len)
     if lora is None:
         return FlopsBreakdown(3.0 * forward, attention, 0.0)
-    rank, targets, exclude = lora
-    _, active = lora_params(weights, rank, targets, exclude)
+    if isinstance(lora, int):
+        active = lora
+    else:
+        rank, targets, exclude = lora
+        _, active = lora_params(weights, rank, targets, exclude)
     return FlopsBreakdown(2.0 * forward, attention, 6.0 * active)
 
 
@@ -138,7 +148,7 @@ def model_flops_per_token(
     config: Any,
     seq_len: int,
     family: str | None = None,
-    lora: tuple[int, list[str] | None, list[str] | None] | None = None,
+    lora: LoraSpec | int | None = None,
 ) -> float:
     """Training FLOPs per token (see `flops_breakdown`); the embedding lookup gathers rows
     rather than multiplying and is left out, the lm_head is counted."""

@@ -42,8 +42,9 @@ def test_every_step_has_one_complete_train_record(parallel_run: RunResult) -> No
     assert [r["step"] for r in records] == list(range(1, 31))
     for record in records:
         assert set(record) == TRAIN_FIELDS
-        assert all(math.isfinite(record[k]) for k in TRAIN_FIELDS - {"kind"})
-        assert record["tps"] > 0 and record["mem"] > 0 and 0 < record["mfu"] < 1
+        assert all(math.isfinite(record[k]) for k in TRAIN_FIELDS - {"kind", "mfu"})
+        assert record["tps"] > 0 and record["mem"] > 0
+        assert record["mfu"] is None  # no known peak on CPU: no MFU rather than a guess
         assert record["tps_per_rank"] == pytest.approx(record["tps"] / 2)
         assert record["num_tokens"] > 0
 

@@ -127,6 +127,8 @@ def test_plan_has_every_key(validate, recipe):
     recipe["distributed"]["tp_size"] = 2
     recipe["step_scheduler"]["global_batch_size"] = 16
     plan = validate(recipe, nproc_per_node=4).plan
+    estimate = plan.pop("estimate")  # its numbers: tests/unit/jobs/recipe/test_estimate.py
+    assert set(estimate) >= {"memory_per_rank_bytes", "flops_per_step", "eta_seconds", "basis"}
     assert plan == {
         "trust_remote_code": False,
         "warnings": [],

@@ -1,0 +1,71 @@
+"""What a queue can hold and how fast it runs, read from its workers and its finished jobs.
+
+`queue_device_memory` is the smallest device memory the queue's live workers advertise in
+their heartbeat (`device_memory_bytes`): a job is refused at submit when its estimate
+cannot fit there, since any of those workers may claim it. `queue_flops_per_rank` is the
+throughput the queue has shown: for each of its last succeeded jobs, the median measured
+tokens/s per rank of its train steps (the first step, which pays for warm-up, left out)
+times the FLOPs per token its plan estimated; the median over those jobs. None when the
+queue has no live worker that says its memory, or no finished job to learn from.
+"""
+
+from __future__ import annotations
+
+import statistics
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from jobs.store.status import JobStatus
+from jobs.store.tables import Job, Metric, Worker
+
+LEARN_FROM_JOBS = 20  # the most recent succeeded jobs of a queue
+
+
+def queue_device_memory(session: Session, queue: str, fresh_after: datetime) -> int | None:
+    """The smallest `device_memory_bytes` the live workers of `queue` advertise."""
+    rows = session.execute(
+        select(Worker.queue, Worker.resources).where(
+            Worker.last_heartbeat >= fresh_after, Worker.status.in_(["online", "busy"])
+        )
+    ).all()
+    sizes = [
+        int(memory)
+        for queues, resources in rows
+        if queue in (resources or {}).get("queues", (queues or "").split(","))
+        for memory in [(resources or {}).get("device_memory_bytes")]
+        if isinstance(memory, int) and not isinstance(memory, bool) and memory > 0
+    ]
+    return min(sizes) if sizes else None
+
+
+def _flops_per_token(plan: dict[str, Any] | None) -> float | None:
+    estimate = (plan or {}).get("estimate") or {}
+    value = estimate.get("flops_per_token")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def queue_flops_per_rank(session: Session, queue: str) -> float | None:
+    """Measured FLOP/s per rank of the queue's recent succeeded jobs (median), or None."""
+    jobs = session.execute(
+        select(Job.id, Job.plan)
+        .where(Job.queue == queue, Job.status == JobStatus.SUCCEEDED.value)
+        .order_by(Job.finished_at.desc())
+        .limit(LEARN_FROM_JOBS)
+    ).all()
+    rates = []
+    for job_id, plan in jobs:
+        per_token = _flops_per_token(plan)
+        if per_token is None:
+            continue
+        tps = session.execute(
+            select(Metric.tps_per_rank).where(
+                Metric.job_id == job_id, Metric.kind == "train", Metric.step > 1,
+                Metric.tps_per_rank.is_not(None),
+            )
+        ).scalars().all()  # fmt: skip
+        if tps:
+            rates.append(per_token * statistics.median(tps))
+    return statistics.median(rates) if rates else None
