@@ -6,11 +6,12 @@ chunks r and 2*cp-1-r of 2*cp). `apply_context_parallel` sets the native attenti
 layers to all-gather K/V over the mesh's `cp` axis. `shard_batch` cuts input ids, labels
 and position ids the same way: rows are first right-padded to a multiple of 2*cp with
 ignored labels (a real token never attends to a later pad under the causal mask, so the
-loss is unchanged), position ids are the tokens' global positions (RoPE), and the
+loss is unchanged); position ids are the tokens' global positions, or in packed rows the
+collator's document-local ones (the attention derives the documents from them); the
 attention mask is dropped (the collator pads on the right only, which causal attention
-already honours). `num_tokens` becomes this rank's share of the real tokens, and the
-labels this rank's share of the label tokens, so the step loop's sums over all ranks stay
-the whole batch's: the loss is normalised by the same global label count as without CP.
+already honours). The labels become this rank's share of the label tokens and cp rank 0
+keeps `num_tokens`, so the step loop's sums over all ranks stay the whole batch's: the
+loss is normalised by the same global label count as without CP.
 """
 
 from __future__ import annotations
@@ -51,16 +52,17 @@ def shard_batch(batch: dict[str, Any], topology: Topology) -> dict[str, Any]:
         return batch
     ids, labels = batch["input_ids"], batch["labels"]
     rows, length = ids.shape
-    real = batch.get("attention_mask")
-    if real is None:
-        real = torch.ones_like(ids)
+    positions = batch.get("position_ids")  # packed rows: document-local positions
     pad = -length % (2 * size)
     if pad:
         ids, labels = F.pad(ids, (0, pad)), F.pad(labels, (0, pad), value=IGNORE)
-        real = F.pad(real, (0, pad))
+        positions = None if positions is None else F.pad(positions, (0, pad))
+    if positions is None:  # one document per row: the tokens' global positions
+        positions = torch.arange(length + pad, device=ids.device).expand(rows, -1)
     index = sequence_indices(length + pad, topology.cp_rank, size, device=ids.device)
-    out = {k: v for k, v in batch.items() if k not in ("attention_mask", "position_ids")}
+    out = {k: v for k, v in batch.items() if k != "attention_mask"}
     out["input_ids"], out["labels"] = ids[:, index], labels[:, index]
-    out["position_ids"] = index[None].expand(rows, -1)
-    out["num_tokens"] = int(real[:, index].sum())
+    out["position_ids"] = positions[:, index]
+    # the batch's token count once over the cp ranks, so the step's sums stay the batch's
+    out["num_tokens"] = batch["num_tokens"] if topology.cp_rank == 0 else 0
     return out

@@ -58,11 +58,10 @@ def _context_parallel_errors(
 ) -> list[FieldError]:
     """What context parallelism (`trainer.context_parallel`) does not combine with.
 
-    Its attention is plain causal over whole rows, in the native attention layers only, and
-    it shards the student's batch under FSDP2: packed rows (per-document masks), the Hugging
-    Face classes (no native attention) and distillation (the teacher would see a slice) are
-    refused, and so are torch.compile and pipeline and expert parallelism, not yet proven
-    with it (tensor parallelism and LoRA are)."""
+    It runs in the native attention layers only, and shards the student's batch under
+    FSDP2: the Hugging Face classes (no native attention) and distillation (the teacher
+    would see a slice) are refused, and so are torch.compile and pipeline and expert
+    parallelism, not yet proven with it (tensor parallelism, LoRA and packing are)."""
     if _size(distributed, "cp_size") == 1:
         return []
     fix = "set distributed.cp_size: 1 or change {loc}"
@@ -79,9 +78,6 @@ def _context_parallel_conflicts(
     attn = model.get("attn_implementation")
     no_cp_attention = "which has no context-parallel attention (the native attention is sdpa)"
     conflicts = [
-        ("packed_sequence.enabled", bool((recipe.get("packed_sequence") or {}).get("enabled")),
-         "packed rows need per-document attention masks; context-parallel attention is causal "
-         "over whole rows"),
         ("recipe", recipe.get("recipe") == "llm_kd",
          "distillation's teacher runs on whole rows; context parallelism shards the student's"),
         ("model.force_hf", bool(model.get("force_hf")),

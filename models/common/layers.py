@@ -111,10 +111,10 @@ class Attention(nn.Module):
         q, k, v = self.project_qkv(hidden_states, position_embeddings)
         dropout = self.dropout if self.training else 0.0
         if self.context_parallel is not None:
-            if attention_mask is not None:
-                raise ValueError(
-                    "context parallel attention is causal only: no padding or packed masks"
-                )
+            # a mask here comes from packed position ids, which the context-parallel
+            # attention applies itself over global positions (its `documents`)
+            if attention_mask is not None and self.context_parallel.documents is None:
+                raise ValueError("context parallel attention takes no padding masks")
             out = self.context_parallel.attend(q, k, v, self.scaling, dropout)
             return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
         groups = q.shape[1] // k.shape[1]

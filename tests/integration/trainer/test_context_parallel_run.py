@@ -5,7 +5,8 @@ checkpointing) each build their mesh (the cp axis beside dp_shard, FSDP2 shardin
 both), train the tiny native Llama to the end and report losses, gradient norms, token
 counts and validation losses equal to a 1-process run of the same global batch (to 1e-5
 relative, float32: only the reduction order differs); so do cp 2 x tp 2 with sequence
-parallelism on 4 ranks and LoRA under cp 2. Rows have uneven lengths, so each batch is
+parallelism on 4 ranks, LoRA under cp 2, and packed rows under cp 2 (documents masked over
+global positions, RoPE at document-local positions). Rows have uneven lengths, so each batch is
 right-padded to a multiple of 2*cp before it is cut into the ranks' chunk pairs. The cp 2
 run's checkpoint loads in plain transformers with the trainer's validation loss, and a
 cp 2 run killed after its first checkpoint resumes from it with later losses equal to the
@@ -51,7 +52,7 @@ def by_step(records: list[dict]) -> dict[int, dict]:
     return {r["step"]: r for r in records}
 
 
-def assert_same_training(got_run: RunResult, want_run: RunResult) -> None:
+def assert_same_training(got_run: RunResult, want_run: RunResult, validations: int = 2) -> None:
     assert want_run.returncode == 0, want_run.output[-3000:]
     got, want = got_run.records("train"), want_run.records("train")
     assert [r["step"] for r in got] == [r["step"] for r in want] == list(range(1, MAX_STEPS + 1))
@@ -60,7 +61,7 @@ def assert_same_training(got_run: RunResult, want_run: RunResult) -> None:
         assert g["grad_norm"] == pytest.approx(w["grad_norm"], rel=1e-5), g["step"]
         assert g["num_tokens"] == w["num_tokens"], g["step"]
     val_got, val_want = got_run.records("val"), want_run.records("val")
-    assert len(val_got) == len(val_want) == 2
+    assert len(val_got) == len(val_want) == validations
     for g, w in zip(val_got, val_want, strict=True):
         assert g["val_loss"] == pytest.approx(w["val_loss"], rel=1e-5)
 
@@ -111,6 +112,24 @@ def test_lora_under_cp2_matches_a_one_process_run(assets: Assets) -> None:
     )
     assert_same_training(run, single)
     assert (run.latest() / "model" / "adapter_model.safetensors").exists()
+
+
+def test_packed_rows_under_cp2_match_a_one_process_run(assets: Assets) -> None:
+    """Packs of several samples: each rank masks other documents over global positions.
+
+    Without validation: packed validation under FSDP2 breaks the next save's state dict
+    with or without context parallelism ("Trying to resize storage that is not resizable")."""
+    packed = {"packed_sequence": {"enabled": True, "packed_sequence_size": 64}}
+
+    def recipe(distributed: dict) -> dict:
+        out = {**cp_recipe(assets, distributed, 2), **packed}
+        out["step_scheduler"] = {**out["step_scheduler"], "val_check_interval": 100}
+        return out
+
+    run = launch(assets, "cp2-packed", recipe(CP), nproc=2)
+    assert run.returncode == 0, run.output[-3000:]
+    single = launch(assets, "cp2-packed-one-process", recipe({"strategy": "fsdp2"}))
+    assert_same_training(run, single, validations=0)
 
 
 def test_cp2_checkpoint_loads_in_transformers(cp_run: RunResult, assets: Assets, offline_hub):

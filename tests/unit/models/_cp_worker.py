@@ -1,6 +1,7 @@
 """Worker for test_context_parallel_attention: two gloo ranks run a native model context-parallel.
 
-`python _cp_worker.py RANK WORLD PORT OUT CASE...`; a case is `FAMILY[:SEQ[:KV_HEADS]]`.
+`python _cp_worker.py RANK WORLD PORT OUT CASE...`; a case is `FAMILY[:SEQ[:KV_HEADS[:packed]]]`
+(KV_HEADS 0: the config's own; `packed`: rows of several documents, position ids restarting).
 Both ranks build the same seeded model twice: one reference, one whose attention layers
 attend context-parallel over the two ranks. Each rank feeds its load-balanced slice of the
 ids, with the global position ids of those tokens; the gathered logits, the loss (each
@@ -24,7 +25,14 @@ def _gather_logits(local: torch.Tensor) -> torch.Tensor:
     return _to_global_order(parts, dim=1)
 
 
-def check(family: str, seq: int, kv_heads: int | None) -> None:
+def packed_positions(seq: int) -> torch.Tensor:
+    """Row 0 holds documents of uneven lengths (one crossing the chunk boundaries), row 1 one."""
+    lengths = [seq // 4 + 1, seq // 2, seq - seq // 4 - 1 - seq // 2]
+    row = torch.cat([torch.arange(n) for n in lengths])
+    return torch.stack([row, torch.arange(seq)])
+
+
+def check(family: str, seq: int, kv_heads: int | None, packed: bool) -> None:
     from tiny_model_configs import make_config
 
     from models import AutoModelForCausalLM
@@ -41,13 +49,13 @@ def check(family: str, seq: int, kv_heads: int | None) -> None:
     labels = torch.roll(ids, -1, dims=1)
     labels[:, -1] = -100
     labels[0, : seq // 3] = -100  # a prompt: unequal label counts on the two ranks
-    ref_logits = reference(input_ids=ids).logits
+    positions = packed_positions(seq) if packed else torch.arange(seq).expand(2, -1)
+    ref_logits = reference(input_ids=ids, position_ids=positions if packed else None).logits
     ref_loss = F.cross_entropy(ref_logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
     ref_loss.backward()
 
     index = sequence_indices(seq, dist.get_rank(), dist.get_world_size())
-    positions = index[None].expand(2, -1)
-    logits = model(input_ids=ids[:, index], position_ids=positions).logits
+    logits = model(input_ids=ids[:, index], position_ids=positions[:, index]).logits
     torch.testing.assert_close(_gather_logits(logits.detach()), ref_logits, atol=1e-5, rtol=1e-5)
     local = labels[:, index]
     loss_sum = F.cross_entropy(logits.flatten(0, 1), local.flatten(), reduction="sum")
@@ -66,8 +74,8 @@ def check(family: str, seq: int, kv_heads: int | None) -> None:
 def run_case(case: str) -> None:
     family, *rest = case.split(":")
     seq = int(rest[0]) if rest else 16
-    kv_heads = int(rest[1]) if len(rest) > 1 else None
-    check(family, seq, kv_heads)
+    kv_heads = int(rest[1]) if len(rest) > 1 and rest[1] != "0" else None
+    check(family, seq, kv_heads, packed=rest[2:] == ["packed"])
 
 
 if __name__ == "__main__":

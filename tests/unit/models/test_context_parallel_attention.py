@@ -5,7 +5,8 @@ ranks' slices cover the sequence once, and reordering gathered slices restores i
 the backward's rank order inverts it). The model cases run on two gloo ranks
 (`_cp_worker.py`): logits, loss and every gradient of a context-parallel native model equal
 the single-process model's for Llama (GQA and full multi-head), Llama 3 RoPE, Qwen2 (q/k/v
-bias) and Qwen3 (q/k norm), at sequence lengths whose chunks are 4 and 3 tokens long.
+bias) and Qwen3 (q/k norm), at sequence lengths whose chunks are 4 and 3 tokens long, and
+for packed rows (documents crossing chunk boundaries, position ids restarting at 0).
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ CASES = [
     "llama3_rope:16",  # Llama 3 frequency scaling with global positions
     "qwen2",  # q/k/v bias
     "qwen3:12",  # per-head q/k RMSNorm, head_dim 32
+    "llama:16:0:packed",  # packed rows: document masks over global positions, local RoPE
+    "qwen3:24:0:packed",  # the same with q/k norm, chunks of 6 tokens
 ]
 
 

@@ -4,8 +4,9 @@ In-process (no process group: `shard_batch` reads only the topology's cp rank an
 The ranks' slices together hold every token and label of the batch once, at the global
 positions their position ids name; rows are right-padded to a multiple of 2*cp with
 ignored labels; `num_tokens` and the label count sum over the ranks to the batch's own, so
-the step loop's global normalisation is unchanged; cp 1 returns the batch itself. A model
-with no native attention (the Hugging Face class) is refused with a data error.
+the step loop's global normalisation is unchanged; packed rows keep their document-local
+position ids; cp 1 returns the batch itself. A model with no native attention (the
+Hugging Face class) is refused with a data error.
 """
 
 from __future__ import annotations
@@ -61,6 +62,17 @@ def test_token_and_label_counts_sum_to_the_batch():
     assert labels == int((batch["labels"] != -100).sum())
     # rank 0 keeps chunks 0 and 3 of 4: positions 0-2 and 9-11 of the padded 12
     assert slices[0]["position_ids"][0].tolist() == [0, 1, 2, 9, 10, 11]
+
+
+def test_packed_rows_keep_their_document_positions():
+    positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2], [0, 1, 2, 3, 4, 5, 6, 7]])
+    ids = torch.arange(16).view(2, 8)
+    batch = {"input_ids": ids, "labels": ids, "position_ids": positions, "num_tokens": 16}
+    slices = _slices(batch, 2)  # chunks of 2: rank 0 keeps 0-1 and 6-7, rank 1 keeps 2-5
+    assert slices[0]["position_ids"].tolist() == [[0, 1, 1, 2], [0, 1, 6, 7]]
+    assert slices[1]["position_ids"].tolist() == [[2, 3, 4, 0], [2, 3, 4, 5]]
+    assert slices[1]["input_ids"].tolist() == [[2, 3, 4, 5], [10, 11, 12, 13]]
+    assert sum(p["num_tokens"] for p in slices) == 16
 
 
 def test_cp_one_returns_the_batch_itself():

@@ -3,10 +3,10 @@
 Accepted for the architectures whose registry rows declare it (Llama, Qwen2, Qwen3), with
 the mesh and plan it will run; refused, at the field to change, for architectures without
 it (Qwen3-MoE, a Hugging Face fallback) and for what the trainer's context-parallel path
-does not run: packed rows, the Hugging Face classes (force_hf, another attention
+does not run: the Hugging Face classes (force_hf, another attention
 implementation, configs with sliding windows or rope types the native class lacks),
-distillation, torch.compile and expert parallelism. Tensor parallelism and LoRA with cp
-are accepted (the torchrun runs prove them).
+distillation, torch.compile and expert parallelism. Tensor parallelism, LoRA and packed
+sequences with cp are accepted (the torchrun runs prove them).
 """
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ def test_cp_is_refused_for_architectures_without_it(
 
 
 CONFLICTS = [
-    ({"packed_sequence": {"enabled": True, "packed_sequence_size": 64}}, "packed_sequence.enabled"),
     ({"model": {"force_hf": True}}, "model.force_hf"),
     ({"model": {"attn_implementation": "eager"}}, "model.attn_implementation"),
     ({"compile": {"enabled": True}}, "compile.enabled"),
@@ -90,6 +89,13 @@ def test_cp_with_tensor_parallelism_or_lora_is_accepted(validate, recipe):
     recipe["distributed"].update(tp_size=1, sequence_parallel=False)
     recipe["peft"] = {"dim": 4}
     assert validate(recipe, nproc_per_node=2).valid
+
+
+def test_cp_with_packed_sequences_is_accepted(validate, recipe):
+    recipe["packed_sequence"] = {"enabled": True, "packed_sequence_size": 64}
+    recipe["distributed"].update(CP)
+    result = validate(recipe, nproc_per_node=2)
+    assert result.valid, [str(e) for e in result.errors]
 
 
 def test_expert_parallelism_with_cp_is_refused(validate, recipe, data_root):
