@@ -76,17 +76,39 @@ SessionDep = Annotated[Session, Depends(get_session)]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
+def end_read(session: Session) -> None:
+    """End a read transaction where holding it costs something. On SQLite every transaction
+    holds the write lock; on PostgreSQL the reads a route makes before its write share the
+    write's transaction (the route runs in one threadpool slot, so nothing waits for a
+    thread while its connection is held)."""
+    if session.get_bind().dialect.name == "sqlite":
+        session.commit()
+
+
+def _verify(session: Session, raw_key: str) -> Principal | None:
+    """The key's principal, in no transaction the request keeps: the route runs in another
+    threadpool slot, and a connection held while a request waits for one could starve the
+    pool. On PostgreSQL one autocommit query (no BEGIN, no COMMIT)."""
+    bind = session.get_bind()
+    if bind.dialect.name == "sqlite":
+        principal = verify_key(session, raw_key)
+        session.commit()
+        return principal
+    with bind.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        with Session(bind=conn) as lookup:
+            return verify_key(lookup, raw_key)
+
+
 def get_principal(settings: SettingsDep, session: SessionDep, creds: Credentials) -> Principal:
-    """The caller; ends its short transaction so no connection is held while the route
-    does slow work (validation) and no SQLite write lock is held across the request."""
+    """The caller (401 for a missing, unknown or revoked key)."""
     if not settings.auth_enabled:
         principal = default_principal(session)
-        session.commit()
+        session.commit()  # it may have created the default project
         return principal
     if creds is None or creds.scheme.lower() != "bearer":
         raise ApiError(401, "unauthorized", "send `Authorization: Bearer <api key>`")
-    principal = verify_key(session, creds.credentials)
-    session.commit()
+    principal = _verify(session, creds.credentials)
     if principal is None:
         raise ApiError(401, "unauthorized", "unknown or revoked API key")
     return principal

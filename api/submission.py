@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from api.deps import end_read
 from api.errors import InvalidRequest
 from api.schemas import JobCreate
 from jobs.broker import dispatch_job, enqueue_job
@@ -103,7 +104,7 @@ def project_scope(session: Session, principal: Principal) -> JobScope:
     """
 
     def ended(value: Any) -> Any:
-        session.commit()
+        end_read(session)
         return value
 
     return JobScope(
@@ -153,7 +154,7 @@ def queue_capacity(
     fresh_after = utcnow() - timedelta(seconds=settings.worker_live_seconds)
     memory = queue_device_memory(session, queue, fresh_after)
     rate = queue_flops_per_rank(session, queue)
-    session.commit()
+    end_read(session)
     return memory, rate
 
 
@@ -166,7 +167,7 @@ def _with_worker_check(
         return plan
     fresh_after = utcnow() - timedelta(seconds=settings.worker_live_seconds)
     live = live_worker_packages(session, queue, fresh_after)
-    session.commit()  # end the read transaction before the insert that follows
+    end_read(session)
     errors, warnings = requirement_errors(sources, queue, live)
     if errors:
         raise InvalidRequest(errors)
@@ -180,7 +181,7 @@ def replayed_job(
     if not idempotency_key:
         return None
     existing = store.find_by_idempotency_key(session, principal.project_id, idempotency_key)
-    session.commit()  # end the read: validation may follow and must not hold a connection
+    end_read(session)
     if existing is None:
         return None
     if existing.request_hash != store.request_hash(body.model_dump(mode="json")):

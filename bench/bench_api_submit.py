@@ -97,6 +97,7 @@ def api_server(
            "--log-level", "warning", "--no-access-log"]  # fmt: skip
     out = log.open("ab") if log else None
     proc = subprocess.Popen(cmd, env=env, cwd=tmp, stderr=out)
+    api_server.pid = proc.pid  # type: ignore[attr-defined]  (for server_cpu_seconds)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -138,18 +139,32 @@ async def post_many(base: str, key: str, body: dict, total: int, concurrency: in
     return latencies
 
 
+def server_cpu_seconds(pid: int) -> float:
+    """User + system CPU of the server process and its children (uvicorn workers), from
+    /proc: on a shared machine the CPU a request costs is steadier than wall-clock rates."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = [pid, *(int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+    for one in pids:
+        fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def run_once(
     url: str, tmp: Path, app: str, body: dict, args: argparse.Namespace, workers: int = 1
-) -> tuple[list[float], float, int]:
-    """(latencies, wall seconds, "broker refused" lines) for one server on `url`."""
+) -> tuple[list[float], float, int, float]:
+    """(latencies, wall seconds, "broker refused" lines, server CPU ms per request)."""
     log = tmp / f"{app.split(':')[0].replace('.', '_')}.log"
     log.write_bytes(b"")
     with api_server(url, tmp, app, workers, log) as (base, key):
         asyncio.run(post_many(base, key, body, 20, 10))  # warm-up
-        start = time.perf_counter()
+        pid = api_server.pid  # type: ignore[attr-defined]
+        cpu, start = server_cpu_seconds(pid), time.perf_counter()
         latencies = asyncio.run(post_many(base, key, body, args.requests, args.concurrency))
         wall = time.perf_counter() - start
-    return latencies, wall, log.read_text(errors="replace").count("broker refused")
+        cpu_ms = (server_cpu_seconds(pid) - cpu) * 1000 / args.requests
+    return latencies, wall, log.read_text(errors="replace").count("broker refused"), cpu_ms
 
 
 def summary(label: str, latencies: list[float], wall: float, requests: int) -> tuple[str, float]:
@@ -171,7 +186,7 @@ def main() -> None:
 
     print(f"POST /v1/jobs on PostgreSQL, {args.concurrency} concurrent clients, "
           f"{args.requests} requests per run, {os.cpu_count()} CPUs")  # fmt: skip
-    refused_total, ratios = 0, []
+    refused_total, ratios, cpu_ratios = 0, [], []
     for run in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp, pg_database() as url:
             body = {"recipe": write_assets(Path(tmp))}
@@ -183,10 +198,14 @@ def main() -> None:
                                        args.requests)  # fmt: skip
         refused_total += ours[2]
         ratios.append(ours_rate / floor_rate)
-        print(f"run {run + 1}:\n{floor_line}\n{ours_line}\n  throughput ratio tuneyard/floor "
-              f"{ratios[-1]:.2f}x   'broker refused' at submit: {ours[2]}")  # fmt: skip
+        cpu_ratios.append(floor[3] / ours[3])
+        print(f"run {run + 1}:\n{floor_line}   server CPU {floor[3]:.1f} ms/req\n{ours_line}"
+              f"   server CPU {ours[3]:.1f} ms/req\n  tuneyard/floor: throughput "
+              f"{ratios[-1]:.2f}x, CPU-bound rate (floor CPU / tuneyard CPU) "
+              f"{cpu_ratios[-1]:.2f}x   'broker refused' at submit: {ours[2]}")  # fmt: skip
     if args.runs > 1:
-        print(f"{args.runs} runs: median ratio {statistics.median(ratios):.2f}x, "
+        print(f"{args.runs} runs: median throughput ratio {statistics.median(ratios):.2f}x, "
+              f"median CPU ratio {statistics.median(cpu_ratios):.2f}x, "
               f"'broker refused' in all runs: {refused_total}")  # fmt: skip
 
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
+import redis
 from sqlalchemy import event
 
 from jobs.store.engine import get_engine
 
 REPO = Path(__file__).resolve().parents[3]
+OWN_BROKER = "redis://127.0.0.1:6379/7"
 
 
 def test_submit_is_one_write_transaction_then_the_enqueue(client, stack, body, redis_db1):
@@ -36,19 +39,22 @@ def test_submit_is_one_write_transaction_then_the_enqueue(client, stack, body, r
     assert len(queued) == 1
 
 
-def test_concurrent_first_enqueues_all_reach_the_broker(redis_db1):
-    """32 threads enqueue at once in a process that has not imported celery yet."""
+def test_concurrent_first_enqueues_all_reach_the_broker():
+    """32 threads enqueue at once in a process that has not imported celery yet (on a Redis
+    database and queue of this test's own: other tests flush DB 1)."""
+    queue = f"race-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(OWN_BROKER)
     script = textwrap.dedent("""
         import sys, threading, uuid
         from jobs.broker import enqueue_job
         from jobs.store.settings import Settings
         assert "celery" not in sys.modules
-        settings = Settings(broker_url="redis://127.0.0.1:6379/1")
+        settings = Settings(broker_url=sys.argv[1])
         barrier, errors = threading.Barrier(32), []
         def send():
             barrier.wait()
             try:
-                enqueue_job(str(uuid.uuid4()), "race-test", settings)
+                enqueue_job(str(uuid.uuid4()), sys.argv[2], settings)
             except Exception as exc:
                 errors.append(repr(exc))
         threads = [threading.Thread(target=send) for _ in range(32)]
@@ -56,10 +62,12 @@ def test_concurrent_first_enqueues_all_reach_the_broker(redis_db1):
         [t.join() for t in threads]
         print(len(errors), errors[:3])
     """)
-    redis_db1.delete("race-test")
-    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("0 "), out.stdout
-    assert redis_db1.llen("race-test") == 32
-    redis_db1.delete("race-test")
+    out = subprocess.run([sys.executable, "-c", script, OWN_BROKER, queue], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    try:
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith("0 "), out.stdout
+        assert client.llen(queue) == 32
+    finally:
+        client.delete(queue)
+        client.close()
