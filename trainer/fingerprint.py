@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from trainer.checkpoint import manager
@@ -117,8 +118,18 @@ def probe_loss(run: Any) -> float | None:
     return loss_sum / max(1.0, labels)
 
 
+def reshard(model: torch.nn.Module) -> None:
+    """Put FSDP2's sharded parameters back on their modules. After a forward without a
+    backward (validation) the root unit keeps its unsharded tensors registered instead,
+    and those are not the parameters the optimizer state is keyed by."""
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
 def compute(run: Any) -> dict[str, Any]:
     """The fingerprint of `run`'s state now (collective: every rank calls it)."""
+    reshard(run.model)
     optimizer = None
     if run.checkpoints.save_optimizer:
         optimizer = optimizer_digests(run.model, run.optimizer)

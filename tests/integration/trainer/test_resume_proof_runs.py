@@ -80,7 +80,7 @@ def test_killed_run_resumes_verified_and_every_step_names_the_sampler_rows(
         assert rows == expected[step], step
 
     resumed = launch(assets, "proof-killed", recipe, nproc=2, run_dir=run_dir)
-    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert resumed.returncode == 0, resumed.output[-12000:]
     events = resumed.events()
     start = next(e for e in events if e["event"] == "resumed")["step"]
     verified = [e for e in events if e["event"] == "resume_verified"]
