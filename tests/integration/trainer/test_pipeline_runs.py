@@ -1,5 +1,6 @@
-"""Pipeline parallelism under torchrun on gloo: `pp_size: 2` on 2 ranks, `tp 2 x pp 2` on 4,
-an interleaved schedule with two virtual stages per rank, checkpoints and exact resume.
+"""Pipeline parallelism under torchrun on gloo: `pp_size: 2` on 2 ranks, `tp 2 x pp 2` and
+`pp 2 x dp_shard 2` on 4, an interleaved schedule with two virtual stages per rank, GPipe
+and looped BFS, checkpoints and exact resume.
 
 Every run trains the same global batch (4 rows per step, 2 loader batches per step) as a
 1-process FSDP2 run of the same recipe, so its per-step losses, gradient norms and
@@ -33,7 +34,7 @@ INTERLEAVED = {
 }
 
 
-def pp_recipe(assets: Assets, distributed: dict, model_dir=None) -> dict:
+def pp_recipe(assets: Assets, distributed: dict, model_dir=None, batch_size: int = 4) -> dict:
     model = {"attention_dropout": 0.0}
     if model_dir is not None:
         model["pretrained_model_name_or_path"] = str(model_dir)
@@ -41,7 +42,7 @@ def pp_recipe(assets: Assets, distributed: dict, model_dir=None) -> dict:
         assets,
         distributed=distributed,
         model=model,
-        dataloader={"batch_size": 4},
+        dataloader={"batch_size": batch_size},
         step_scheduler={"max_steps": MAX_STEPS, "val_check_interval": 3, "checkpoint_interval": 3},
         checkpoint={"keep_last": 2},
     )
@@ -100,6 +101,15 @@ def test_tp2_pp2_on_four_ranks_matches_one_process(assets: Assets, one_process_r
     assert run.events()[0]["mesh_shape"] == {"pp": 2, "dp_shard": 1, "tp": 2}
     assert_same_training(run, one_process_run)
     _assert_loadable_checkpoint(run, assets, world_size=4)
+
+
+def test_pp2_with_fsdp2_dp_shard2_on_four_ranks_matches_one_process(assets: Assets) -> None:
+    # 4 rows per dp rank x 2 dp ranks: the 1-process run takes 8 rows per loader batch
+    run = launch(assets, "pp2-dp2", pp_recipe(assets, PP2), nproc=4)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.events()[0]["mesh_shape"] == {"pp": 2, "dp_shard": 2, "tp": 1}
+    single = launch(assets, "pp-one-process-8", pp_recipe(assets, {"strategy": "fsdp2"}, None, 8))
+    assert_same_training(run, single)
 
 
 def test_interleaved_virtual_stages_match_one_process(
