@@ -128,9 +128,15 @@ class JobPublic(BaseModel):
     finished_at: datetime | None = None
 
 
+NEXT_CURSOR = "Pass as `cursor` for the next page (or the next poll); null at the end of a list."
+
+
 class JobsPublic(BaseModel):
+    """Every list answers this page shape: `data`, `has_more`, `next_cursor`."""
+
     data: list[JobPublic]
-    next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page.")
+    has_more: bool = Field(False, description="More items follow this page.")
+    next_cursor: str | None = Field(None, description=NEXT_CURSOR)
 
 
 class EventPublic(BaseModel):
@@ -146,7 +152,9 @@ class EventPublic(BaseModel):
 
 class EventsPublic(BaseModel):
     data: list[EventPublic]
-    next_after: int | None
+    has_more: bool = Field(False, description="More events follow this page.")
+    next_cursor: str | None = Field(None, description=NEXT_CURSOR)
+    next_after: int | None = Field(None, description="Deprecated: `next_cursor` as a number.")
 
 
 # One MetricsSample record as stored: its fields come from `jobs.recipe.metrics_sample`.
@@ -169,8 +177,9 @@ class MetricsPublic(BaseModel):
     kind: str
     downsampled: bool
     has_more: bool = Field(False, description="More raw records follow this page.")
+    next_cursor: str | None = Field(None, description=NEXT_CURSOR)
     next_after_step: int | None = Field(
-        None, description="The last step returned: pass as `after_step` to poll for more."
+        None, description="Deprecated: `next_cursor` as a number (the last step returned)."
     )
 
 
@@ -183,8 +192,11 @@ class LogLine(BaseModel):
 
 
 class LogsPublic(BaseModel):
-    lines: list[LogLine]
-    next_after: int | None = Field(None, description="Pass as `after` to read on.")
+    data: list[LogLine]
+    has_more: bool = Field(False, description="More lines follow this page.")
+    next_cursor: str | None = Field(None, description=NEXT_CURSOR)
+    lines: list[LogLine] = Field(description="Deprecated: the same lines as `data`.")
+    next_after: int | None = Field(None, description="Deprecated: `next_cursor` as a number.")
 
 
 class CheckpointPublic(BaseModel):

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Header, Query, Response
 
 from api.deps import Reader, ReleasingRoute, SessionDep, SettingsDep, Submitter
 from api.errors import ApiError, InvalidRequest, not_found
+from api.pages import CURSOR_DOC, numeric_cursor
 from api.schemas import (
     ErrorOut,
     EventPublic,
@@ -175,7 +176,7 @@ def list_jobs(
                                          "from a previous page, or none")]) from exc  # fmt: skip
     latest = metric_reads.latest_train_metrics(session, [j.id for j in jobs])
     data = [job_public(j, principal.project_name, latest.get(j.id)) for j in jobs]
-    return JobsPublic(data=data, next_cursor=next_cursor)
+    return JobsPublic(data=data, has_more=next_cursor is not None, next_cursor=next_cursor)
 
 
 def _parse_labels(items: list[str]) -> dict[str, str]:
@@ -247,10 +248,17 @@ def list_job_events(
     job_id: str,
     principal: Reader,
     session: SessionDep,
-    after: Annotated[int, Query(ge=0, le=MAX_ROW_ID, description="Event id cursor.")] = 0,
+    cursor: Annotated[str | None, Query(max_length=20, description=CURSOR_DOC)] = None,
+    after: Annotated[
+        int, Query(ge=0, le=MAX_ROW_ID, description="Deprecated: the cursor as a number.")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> EventsPublic:
     find_job(session, principal, job_id)
-    events = store.list_events(session, job_id, after, limit)
+    start = numeric_cursor(cursor, after) or 0
+    events = store.list_events(session, job_id, start, limit + 1)
+    has_more, events = len(events) > limit, events[:limit]
     data = [EventPublic.model_validate(e, from_attributes=True) for e in events]
-    return EventsPublic(data=data, next_after=events[-1].id if events else after or None)
+    last = events[-1].id if events else start or None
+    return EventsPublic(data=data, has_more=has_more, next_after=last,
+                        next_cursor=None if last is None else str(last))  # fmt: skip

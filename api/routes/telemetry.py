@@ -13,7 +13,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.deps import Reader, ReleasingRoute, SessionDep
-from api.pages import json_page
+from api.errors import InvalidRequest
+from api.pages import CURSOR_DOC, json_page, numeric_cursor
 from api.routes.jobs import AUTH_ERRORS, NOT_FOUND, find_job, own_job_id
 from api.schemas import (
     CheckpointPublic,
@@ -23,6 +24,7 @@ from api.schemas import (
     MetricsPublic,
 )
 from api.sse import MAX_EVENT_ID, SSE_HEADERS, Fetch, last_event_id, stream_rows
+from jobs.recipe.errors import FieldError
 from jobs.store import metric_reads
 from jobs.store import queries as store
 from jobs.store.tables import Job, JobLog
@@ -45,6 +47,7 @@ def get_job_metrics(
     after_step: Annotated[
         int | None, Query(ge=-1, le=2**31 - 1, description="Cursor: only steps greater than this.")
     ] = None,  # fmt: skip
+    cursor: Annotated[str | None, Query(max_length=20, description=CURSOR_DOC)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     max_points: Annotated[
         int | None,
@@ -60,6 +63,10 @@ def get_job_metrics(
     is one index probe and an empty page. Every answer has an ETag; `If-None-Match` with it
     answers 304 while the page is unchanged."""
     own_id = own_job_id(session, principal, job_id)
+    after_step = numeric_cursor(cursor, after_step)
+    if after_step is not None and after_step > 2**31 - 1:
+        raise InvalidRequest([FieldError("cursor", "past the last possible step",
+                                         "pass the `next_cursor` of the previous page")])  # fmt: skip
     has_more = False
     if max_points is not None:
         rows, downsampled = metric_reads.metrics_downsampled(session, own_id, kind, after_step,
@@ -71,6 +78,7 @@ def get_job_metrics(
     session.close()
     next_step = rows[-1]["step"] if rows else after_step
     page = {"data": rows, "kind": kind, "downsampled": downsampled, "has_more": has_more,
+            "next_cursor": None if next_step is None else str(next_step),
             "next_after_step": next_step}  # fmt: skip
     return json_page(request, page)
 
@@ -136,7 +144,10 @@ def get_job_logs(
     request: Request,
     principal: Reader,
     session: SessionDep,
-    after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID, description="Line id cursor.")] = 0,
+    cursor: Annotated[str | None, Query(max_length=20, description=CURSOR_DOC)] = None,
+    after: Annotated[
+        int, Query(ge=0, le=MAX_EVENT_ID, description="Deprecated: the cursor as a number.")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     follow: Annotated[
         bool, Query(description="Stream new lines as server-sent events until the job ends.")
@@ -145,6 +156,7 @@ def get_job_logs(
     """Lines in order after the cursor; `follow=true` answers `text/event-stream` instead,
     one `log` event per line (resumable with `Last-Event-ID`)."""
     job = find_job(session, principal, job_id)
+    after = numeric_cursor(cursor, after) or 0
     if follow:
         session.close()
 
@@ -153,9 +165,12 @@ def get_job_logs(
 
         fetch = _stream_fetch(request, job.id, rows)
         return _event_stream(request, fetch, "log", last_event_id(request, after))
-    lines = store.list_logs(session, job.id, after, limit)
+    lines = store.list_logs(session, job.id, after, limit + 1)
+    has_more, lines = len(lines) > limit, lines[:limit]
     data = [LogLine.model_validate(line, from_attributes=True) for line in lines]
-    return LogsPublic(lines=data, next_after=lines[-1].id if lines else after or None)
+    last = lines[-1].id if lines else after or None
+    return LogsPublic(data=data, lines=data, has_more=has_more, next_after=last,
+                      next_cursor=None if last is None else str(last))  # fmt: skip
 
 
 @router.get("/checkpoints", response_model=CheckpointsPublic, summary="A job's checkpoints",
