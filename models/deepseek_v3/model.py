@@ -38,7 +38,8 @@ class DeepseekV3Model(DecoderModel):
         super().__init__(config, mlp_factory=deepseek_mlp)
         for layer in self.layers:
             # The common layer builds grouped-query attention; DeepSeek's is latent
-            # attention (models are built on the meta device, so the swap costs nothing).
+            # attention. The loaders build on the meta device, where the discarded
+            # module allocates nothing.
             layer.self_attn = MLAttention(config)
 
 
