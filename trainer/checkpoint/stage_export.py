@@ -13,6 +13,7 @@ weights cross stage boundaries.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,31 @@ def is_stage_writer(topology: Topology) -> bool:
     return topology.dp_rank == 0 and tp_rank == 0
 
 
+def _write_stage_files(
+    model: nn.Module,
+    out_dir: Path,
+    tensors: dict[str, Any],
+    source: dict[str, tuple[str, ...]],
+    files: Iterable[tuple[str, list[TensorEntry]]],
+    writes: bool,
+) -> None:
+    """Gather this stage's tensors file by file (every rank of the stage joins each gather);
+    the stage's writer writes them."""
+    for file_name, shard in files:
+        writer = SafetensorsFileWriter(out_dir / file_name, shard) if writes else None
+        gathered, converted = (), {}
+        for entry in shard:
+            group = source[entry.name]
+            if group != gathered:  # the stage's ranks gather each native group once
+                converted = {}
+                converted = _full_group(model, group, tensors)
+                gathered = group
+            if writer is not None:
+                writer.write(entry.name, converted[entry.name])
+        if writer is not None:
+            writer.close()
+
+
 def save_pipeline_model(
     model: nn.Module,
     out_dir: Path,
@@ -78,20 +104,8 @@ def save_pipeline_model(
     first = sum(len(plan) for plan in plans[:pp_rank])
     if is_rank0 or writes:
         out_dir.mkdir(parents=True, exist_ok=True)
-    tensors = dict(items)
-    for file_name, shard in zip(names[first : first + len(shards)], shards, strict=True):
-        writer = SafetensorsFileWriter(out_dir / file_name, shard) if writes else None
-        gathered, converted = (), {}
-        for entry in shard:
-            group = source[entry.name]
-            if group != gathered:  # the stage's ranks gather each native group once
-                converted = {}
-                converted = _full_group(model, group, tensors)
-                gathered = group
-            if writer is not None:
-                writer.write(entry.name, converted[entry.name])
-        if writer is not None:
-            writer.close()
+    files = names[first : first + len(shards)]
+    _write_stage_files(model, out_dir, dict(items), source, zip(files, shards, strict=True), writes)
     if is_rank0:
         write_index(out_dir, all_shards)
         every_entry = [entry for shard in all_shards for entry in shard]
