@@ -3,8 +3,9 @@
 The sampler is deterministic (`trainer.data.sampler`): a micro-batch is named by its data
 position `(epoch, batch number)`, and rank 0 turns the positions a step drew into every
 data-parallel rank's dataset indices without any communication. Each step adds one line
-`{"kind": "step", "step", "epoch", "rows": [{"index", "dp_rank", "micro_batch", "id"?}]}`
-(a few ints per sample); the first time a row index appears, one line
+`{"kind": "step", "step", "epoch", "attempt"?, "rows": [{"index", "dp_rank", "micro_batch",
+"id"?}]}` (a few ints per sample; `attempt` is the worker's attempt number when it launched
+the run); the first time a row index appears, one line
 `{"kind": "row", "index", "id"?, "tokens", "preview"}` carries its decoded text, capped, so
 the file grows with the dataset, not with the steps. A step re-run after a resume or a
 rollback writes its line again; the worker keeps the last one (`jobs.store.samples`).
@@ -13,6 +14,7 @@ Positions in `run.skipped_batches` (rows a rollback skipped) are not drawn at al
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 from trainer.metrics import JsonlWriter
 
 SAMPLES_FILE = "samples.jsonl"
+ATTEMPT_ENV = "TUNEYARD_ATTEMPT"  # set by the worker's launcher
 PREVIEW_TOKENS = 96
 PREVIEW_CHARS = 240
 
@@ -35,6 +38,8 @@ class StepRows:
         self.drawn: list[Position] = []
         self._order: tuple[int, list[int]] | None = None  # (epoch, order), the last epoch
         self._previewed: set[int] = set()
+        attempt = os.environ.get(ATTEMPT_ENV, "")
+        self.attempt = int(attempt) if attempt.isdigit() else None
 
     def tracked(self, stream: Iterator[tuple[int, Any]], run: Any) -> Iterator[tuple[int, Any]]:
         """`stream` ((epoch, batch) from the data position) without skipped positions;
@@ -81,7 +86,10 @@ class StepRows:
                 self._previewed.add(row["index"])
                 self.writer.write(preview_line(run, row))
         epoch = positions[0][0]
-        self.writer.write({"kind": "step", "step": step, "epoch": epoch, "rows": rows})
+        line = {"kind": "step", "step": step, "epoch": epoch, "rows": rows}
+        if self.attempt is not None:  # which attempt ran it, whichever worker ingests it
+            line["attempt"] = self.attempt
+        self.writer.write(line)
 
     def close(self) -> None:
         self.writer.close()

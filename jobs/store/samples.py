@@ -4,7 +4,9 @@ The file has two line kinds (`trainer.sample_log`): `step` lines (the rows of on
 indices and the dataset's own ids) and `row` lines (one preview per dataset index). Step
 lines upsert on (job, step) fenced by attempt like metrics: a resumed attempt's rows
 replace the earlier attempt's for the steps it re-ran, an older attempt's replay never
-overwrites a newer one's, and within one attempt the last line wins (a step re-run after a
+overwrites a newer one's (a line names the attempt whose trainer wrote it, so a line
+of an interrupted attempt that the next attempt's worker ingests keeps its number, never
+more than the ingesting attempt), and within one attempt the last line wins (a step re-run after a
 divergence rollback). Row previews insert once per (job, index). The caller owns the
 transaction and fences it first, as for every ingestion.
 """
@@ -27,6 +29,9 @@ def _step_row(job_id: str, attempt: int, record: dict[str, Any]) -> dict[str, An
     step, rows = _as_int(record.get("step")), record.get("rows")
     if step is None or not isinstance(rows, list):
         return None
+    written_by = _as_int(record.get("attempt"))
+    if written_by is not None and 0 <= written_by < attempt:
+        attempt = written_by  # an earlier attempt's trainer wrote it (ingested late)
     clean = [r for r in rows[:MAX_ROWS_PER_STEP] if isinstance(r, dict) and "index" in r]
     return {"job_id": job_id, "attempt": attempt, "step": step,
             "epoch": _as_int(record.get("epoch")), "rows": {"rows": clean}}  # fmt: skip

@@ -59,7 +59,8 @@ def test_killed_job_resumes_verified_and_serves_each_steps_rows(project_id, proc
     trainer_events = [e for e in events_of(job_id) if e.kind == "trainer"]
     verified = [e for e in trainer_events if e.data.get("event") == "resume_verified"]
     resumed_at = verified[0].data["step"] if verified else None
-    assert verified and verified[0].attempt == 2 and resumed_at in (20, 40), trainer_events
+    assert verified and verified[0].attempt == 2 and resumed_at >= 20  # LATEST: 20, 40 or
+    # the step the interrupted trainer saved at when w2 stopped it (SIGTERM)
     assert not [e for e in trainer_events if e.data.get("event") == "resume_mismatch"]
     for step, (attempt, indices) in after.items():
         assert indices == expected[step], step

@@ -51,6 +51,21 @@ def test_a_later_attempt_replaces_rows_and_an_older_replay_does_not(session, pro
     assert step_samples(session, job_id, 4)["attempt"] == 2
 
 
+def test_a_line_keeps_the_attempt_that_wrote_it_never_a_later_one(session, project) -> None:
+    job_id = _job(session, project)
+    late = {**step_line(8, [1, 2]), "attempt": 1}  # attempt 1's trainer, ingested by attempt 2
+    ingest_samples(session, job_id, 2, [step_line(9, [5]), late, {**step_line(10, [6]),
+                                                                  "attempt": 7}])  # fmt: skip
+    ingest_samples(session, job_id, 2, [step_line(8, [3, 4])])  # attempt 2 re-runs step 8
+    ingest_samples(session, job_id, 2, [late])  # and the late line again: it loses
+    session.commit()
+    assert step_samples(session, job_id, 8)["attempt"] == 2 and indices(session, job_id, 8) == [
+        3,
+        4,
+    ]
+    assert step_samples(session, job_id, 10)["attempt"] == 2  # never above the ingesting one
+
+
 def test_within_an_attempt_the_last_line_wins_and_replays_change_nothing(session, project):
     job_id = _job(session, project)
     lines = [step_line(6, [1, 2]), step_line(6, [9, 10]), row_line(9, "nine")]  # a rollback
