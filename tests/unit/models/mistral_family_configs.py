@@ -1,8 +1,9 @@
 """Tiny seeded Mistral and Mixtral configs for the Mistral-family tests (fp32, ~50k params).
 
 The sliding window (6) is shorter than the test sequences (16-24 tokens), so every parity
-check crosses it; `sliding_window=None` overrides give the plain causal stack. Also the two
-helpers the parity tests share: reading a saved directory's tensors and a few AdamW steps.
+check crosses it; `sliding_window=None` overrides give the plain causal stack. The checks the
+family tests share with the other families (a saved directory's tensors, a few AdamW steps,
+LoRA, round trip) live in `family_checks`.
 """
 
 from __future__ import annotations
@@ -32,30 +33,3 @@ def mixtral_config(**overrides):
 
 def make_family_config(family: str, **overrides):
     return {"mistral": mistral_config, "mixtral": mixtral_config}[family](**overrides)
-
-
-def read_safetensors_dir(directory) -> dict:
-    """Every tensor of every safetensors file in a saved model directory."""
-    from safetensors.torch import load_file
-
-    out = {}
-    for path in sorted(directory.glob("*.safetensors")):
-        out.update(load_file(path))
-    return out
-
-
-def train_losses(model, ids, steps: int = 8, lr: float = 3e-3) -> list[float]:
-    """AdamW steps on one batch; asserts every trainable parameter gets a gradient."""
-    import torch
-
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=lr)
-    losses = []
-    for _ in range(steps):
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        assert all(p.grad is not None for p in trainable)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-    return losses

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+from family_checks import assert_same_tensors
 from gemma_tiny_configs import GEMMA_FAMILIES, HIDDEN, VOCAB, WINDOW, gemma_config, randomize_norms
-from safetensors.torch import load_file
 
 from models import AutoModelForCausalLM
 from models.common.layers import build_attention_mask
@@ -47,13 +47,6 @@ def _pair(family: str, dtype=torch.float32, **overrides):
     return hf, native
 
 
-def _read_dir(directory) -> dict[str, torch.Tensor]:
-    out = {}
-    for path in sorted(directory.glob("*.safetensors")):
-        out.update(load_file(path))
-    return out
-
-
 def _batch(seq: int = 24):
     torch.manual_seed(1)
     ids = torch.randint(1, VOCAB, (2, seq))
@@ -72,11 +65,8 @@ def test_saved_checkpoint_loads_natively_round_trips_and_reloads_in_transformers
         native(input_ids=ids).logits, hf(input_ids=ids).logits, atol=ATOL, rtol=0
     )
     native.save_pretrained(tmp_path / "native", max_shard_size=40_000)
-    before, after = _read_dir(tmp_path / "hf"), _read_dir(tmp_path / "native")
-    assert sorted(before) == sorted(after) and "lm_head.weight" not in after  # tied
-    for key, tensor in before.items():
-        assert after[key].dtype == tensor.dtype and after[key].shape == tensor.shape, key
-        assert torch.equal(after[key], tensor), key
+    after = assert_same_tensors(tmp_path / "hf", tmp_path / "native")
+    assert "lm_head.weight" not in after  # tied
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "native").eval()
     assert type(reloaded).__name__ == NATIVE[gemma].architecture
     assert torch.equal(reloaded(input_ids=ids).logits, hf(input_ids=ids).logits)

@@ -9,35 +9,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 import transformers
+from family_checks import full_tensor, one_rank_gloo_mesh, shard_layers_then_model
 from gemma_tiny_configs import GEMMA_FAMILIES, VOCAB, gemma_config, randomize_norms
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
 
 from models.auto import AutoModelForCausalLM, native_class_for
 from models.common import shard_load
-from models.hooks import decoder_layers
 
-
-@pytest.fixture(scope="module")
-def mesh():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield init_device_mesh("cpu", (1,))
-    finally:
-        dist.destroy_process_group()
-
-
-def _shard(model, mesh) -> None:
-    for layer in decoder_layers(model):
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-
-
-def _full(tensor):
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+mesh = pytest.fixture(scope="module")(one_rank_gloo_mesh)
 
 
 @pytest.mark.parametrize("family", GEMMA_FAMILIES)
@@ -49,16 +28,16 @@ def test_gemma_meta_build_and_fill_equal_the_full_load(family, tmp_path, mesh):
     randomize_norms(hf)
     hf.save_pretrained(tmp_path)
     old = AutoModelForCausalLM.from_pretrained(tmp_path)
-    _shard(old, mesh)
+    shard_layers_then_model(old, mesh)
     new, directory = shard_load.build_meta_native(tmp_path)
-    _shard(new, mesh)
+    shard_layers_then_model(new, mesh)
     shard_load.fill_sharded(new, directory, torch.device("cpu"))
     assert not shard_load.is_meta(new)
     assert new.lm_head.weight is new.model.embed_tokens.weight
     old_state, new_state = old.state_dict(), new.state_dict()
     assert list(old_state) == list(new_state)
     for key, value in old_state.items():
-        assert torch.equal(_full(new_state[key]), _full(value)), key
+        assert torch.equal(full_tensor(new_state[key]), full_tensor(value)), key
     old_buffers, new_buffers = dict(old.named_buffers()), dict(new.named_buffers())
     expected = 2 if family == "gemma3" else 1
     assert len([k for k in old_buffers if k.endswith("inv_freq")]) == expected

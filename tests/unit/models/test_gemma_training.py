@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+from family_checks import assert_lora_trains_adapters_and_applies_to_hf, fixed_batch, train_losses
 from gemma_tiny_configs import GEMMA_FAMILIES, VOCAB, gemma_config, randomize_norms
 
 from models import AutoModelForCausalLM, registry
@@ -30,61 +31,26 @@ def gemma(request) -> str:
     return request.param
 
 
-def _train(model: torch.nn.Module, steps: int = 8, lr: float = 3e-3) -> list[float]:
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr)
-    torch.manual_seed(1)
-    ids = torch.randint(1, VOCAB, (4, 24))
-    losses = []
-    for _ in range(steps):
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        if not losses:
-            assert all(p.grad is not None for p in params)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-    return losses
-
-
 def test_loss_falls_and_every_parameter_gets_a_gradient(gemma):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(gemma_config(gemma)).train()
     assert all(not p.any() for n, p in model.named_parameters() if "norm" in n)  # 1 + 0
-    losses = _train(model)
+    losses = train_losses(model, fixed_batch(VOCAB))
     assert losses[-1] < losses[0] - 0.5, losses
     assert len(decoder_layers(model)) == 2
 
 
 def test_lora_trains_adapters_only_and_the_adapter_applies_to_transformers(gemma, tmp_path):
-    from peft import PeftModel
-
-    from jobs.recipe.typed import Peft
-    from trainer.builders import apply_peft
-
     torch.manual_seed(0)
     hf = transformers.AutoModelForCausalLM.from_config(gemma_config(gemma))
     randomize_norms(hf)
     hf.save_pretrained(tmp_path / "base")
-    native = AutoModelForCausalLM.from_pretrained(tmp_path / "base", dtype="float32")
-    base = {n: p.detach().clone() for n, p in native.named_parameters()}
-    peft = Peft(None, None, True, 8, 16.0, 0.0, "post", False, False)
-    model = apply_peft(native, peft).train()
-    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    assert trainable and all("lora_" in n for n in trainable)
-    assert not any("lm_head" in n for n in trainable)
-    losses = _train(model, lr=1e-2)
-    assert losses[-1] < losses[0] - 0.1, losses
-    for name, param in native.named_parameters():
-        if "lora_" not in name and "base_layer" not in name and name in base:
-            assert torch.equal(param, base[name]), name
-    model.save_pretrained(tmp_path / "adapter")
-    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base")
-    reference = PeftModel.from_pretrained(reference, tmp_path / "adapter").eval()
-    ids = torch.randint(1, VOCAB, (2, 20))
-    torch.testing.assert_close(
-        model.eval()(input_ids=ids).logits, reference(input_ids=ids).logits, atol=1e-5, rtol=0
+    ids = fixed_batch(VOCAB)
+    compare_ids = torch.randint(1, VOCAB, (2, 20))
+    trainable = assert_lora_trains_adapters_and_applies_to_hf(
+        tmp_path / "base", tmp_path / "adapter", ids, compare_ids, steps=8, lr=1e-2
     )
+    assert not any("lm_head" in n for n in trainable)
 
 
 def test_tied_only_aliases_and_refuses_untied(gemma):

@@ -13,47 +13,26 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
+from family_checks import full_tensor, one_rank_gloo_mesh, shard_layers_then_model
 from gpt_oss_tiny import seeded_hf_model, token_batch
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
 
 from models import AutoModelForCausalLM
 from models.common import shard_load
 from models.gpt_oss import GptOssForCausalLM
-from models.hooks import decoder_layers
 
-
-@pytest.fixture(scope="module")
-def mesh():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield init_device_mesh("cpu", (1,))
-    finally:
-        dist.destroy_process_group()
-
-
-def _shard(model, mesh) -> None:
-    for layer in decoder_layers(model):
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-
-
-def _full(tensor):
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+mesh = pytest.fixture(scope="module")(one_rank_gloo_mesh)
 
 
 def test_fill_through_the_adapter_equals_the_full_load(tmp_path, mesh):
     seeded_hf_model().save_pretrained(tmp_path)
     old = AutoModelForCausalLM.from_pretrained(tmp_path)
     new = GptOssForCausalLM.meta_from_pretrained(tmp_path)
-    _shard(new, mesh)
+    shard_layers_then_model(new, mesh)
     shard_load.fill_sharded(new, tmp_path, torch.device("cpu"))
     old_state, new_state = old.state_dict(), new.state_dict()
     assert list(old_state) == list(new_state)
     for key, value in old_state.items():
-        got = _full(new_state[key])
+        got = full_tensor(new_state[key])
         assert got.dtype == value.dtype and torch.equal(got, value), key
     ids = token_batch()
     assert torch.equal(new(ids).logits, old(ids).logits)
@@ -63,7 +42,7 @@ def test_fill_through_the_adapter_equals_the_full_load(tmp_path, mesh):
     for index, (key, target) in enumerate(targets.items()):
         with torch.no_grad():
             shard_load._destination(target).fill_(1000.0 + index)
-        assert torch.all(_full(params[key]) == 1000.0 + index), key
+        assert torch.all(full_tensor(params[key]) == 1000.0 + index), key
 
 
 def test_the_family_keeps_the_full_load(tmp_path):

@@ -11,7 +11,7 @@ leaves the base weights untouched, and the saved adapter applied to transformers
 from __future__ import annotations
 
 import torch
-import transformers
+from family_checks import assert_lora_trains_adapters_and_applies_to_hf, fixed_batch, train_losses
 from gpt_oss_tiny import VOCAB, seeded_hf_model, tiny_config
 
 from models import AutoModelForCausalLM, registry
@@ -20,59 +20,23 @@ from models.hooks import decoder_layers
 from models.registry import TieSupport
 
 
-def _train(model: torch.nn.Module, steps: int = 8, lr: float = 3e-3) -> list[float]:
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr)
-    torch.manual_seed(1)
-    ids = torch.randint(1, VOCAB, (4, 24))
-    losses = []
-    for _ in range(steps):
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        if not losses:
-            missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
-            assert not missing, missing
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-    return losses
-
-
 def test_loss_falls_and_every_parameter_gets_a_gradient():
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(tiny_config(output_router_logits=True)).train()
     assert isinstance(model, GptOssForCausalLM)
-    losses = _train(model)
+    losses = train_losses(model, fixed_batch(VOCAB))
     assert losses[-1] < losses[0] - 0.5, losses
     assert len(decoder_layers(model)) == 2
 
 
 def test_lora_trains_adapters_only_and_the_adapter_applies_to_transformers(tmp_path):
-    from peft import PeftModel
-
-    from jobs.recipe.typed import Peft
-    from trainer.builders import apply_peft
-
     seeded_hf_model().save_pretrained(tmp_path / "base")
-    native = AutoModelForCausalLM.from_pretrained(tmp_path / "base", dtype="float32")
-    base = {n: p.detach().clone() for n, p in native.named_parameters()}
-    peft = Peft(None, None, True, 8, 16.0, 0.0, "post", False, False)
-    model = apply_peft(native, peft).train()
-    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    assert trainable and all("lora_" in n for n in trainable)
-    assert {n.split(".")[-4] for n in trainable} == {"q_proj", "k_proj", "v_proj", "o_proj"}
-    losses = _train(model, lr=5e-2)
-    assert losses[-1] < losses[0] - 0.1, losses
-    for name, param in native.named_parameters():
-        if "lora_" not in name and "base_layer" not in name and name in base:
-            assert torch.equal(param, base[name]), name
-    model.save_pretrained(tmp_path / "adapter")
-    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base")
-    reference = PeftModel.from_pretrained(reference, tmp_path / "adapter").eval()
-    ids = torch.randint(1, VOCAB, (2, 20))
-    torch.testing.assert_close(
-        model.eval()(input_ids=ids).logits, reference(input_ids=ids).logits, atol=1e-5, rtol=0
+    ids = fixed_batch(VOCAB)
+    compare_ids = torch.randint(1, VOCAB, (2, 20))
+    trainable = assert_lora_trains_adapters_and_applies_to_hf(
+        tmp_path / "base", tmp_path / "adapter", ids, compare_ids, steps=8, lr=5e-2
     )
+    assert {n.split(".")[-4] for n in trainable} == {"q_proj", "k_proj", "v_proj", "o_proj"}
 
 
 def test_registry_row_agrees_with_the_class():

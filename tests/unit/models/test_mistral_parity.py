@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from mistral_family_configs import VOCAB, mistral_config, read_safetensors_dir, train_losses
+from family_checks import assert_save_round_trips_and_reloads, train_losses
+from mistral_family_configs import VOCAB, mistral_config
 from transformers.masking_utils import create_sliding_window_causal_mask
 
 from models import AutoModelForCausalLM
@@ -161,17 +162,9 @@ def test_bf16_logits_stay_close():
 def test_checkpoint_round_trip_and_transformers_reload(tmp_path):
     torch.manual_seed(0)
     transformers.AutoModelForCausalLM.from_config(mistral_config()).save_pretrained(tmp_path / "hf")
-    native = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
-    assert type(native) is MistralForCausalLM
-    native.save_pretrained(tmp_path / "native", max_shard_size=100_000)
-    before, after = read_safetensors_dir(tmp_path / "hf"), read_safetensors_dir(tmp_path / "native")
-    assert sorted(before) == sorted(after)
-    for key, tensor in before.items():
-        assert after[key].dtype == tensor.dtype and torch.equal(after[key], tensor), key
-    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "native").eval()
-    ids = _ids()
-    torch.testing.assert_close(native(input_ids=ids).logits, reloaded(input_ids=ids).logits,
-                               atol=ATOL, rtol=0)  # fmt: skip
+    assert_save_round_trips_and_reloads(
+        tmp_path / "hf", tmp_path / "native", MistralForCausalLM, _ids(), ATOL
+    )
 
 
 def test_training_lowers_the_loss():

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from mistral_family_configs import VOCAB, mixtral_config, read_safetensors_dir, train_losses
+from family_checks import assert_save_round_trips_and_reloads, read_safetensors_dir, train_losses
+from mistral_family_configs import VOCAB, mixtral_config
 from tiny_model_configs import hf_to_native_state
 
 from models import AutoModelForCausalLM
@@ -117,17 +118,9 @@ def test_checkpoint_round_trip_and_transformers_reload(tmp_path):
     transformers.AutoModelForCausalLM.from_config(mixtral_config()).save_pretrained(tmp_path / "hf")
     before = read_safetensors_dir(tmp_path / "hf")
     assert "model.layers.1.block_sparse_moe.experts.3.w2.weight" in before
-    native = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
-    assert type(native) is MixtralForCausalLM
-    native.save_pretrained(tmp_path / "native", max_shard_size=100_000)
-    after = read_safetensors_dir(tmp_path / "native")
-    assert sorted(before) == sorted(after)
-    for key, tensor in before.items():
-        assert after[key].dtype == tensor.dtype and torch.equal(after[key], tensor), key
-    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "native").eval()
-    ids = _ids()
-    torch.testing.assert_close(native(input_ids=ids).logits, reloaded(input_ids=ids).logits,
-                               atol=ATOL, rtol=0)  # fmt: skip
+    assert_save_round_trips_and_reloads(
+        tmp_path / "hf", tmp_path / "native", MixtralForCausalLM, _ids(), ATOL
+    )
 
 
 def test_training_lowers_the_loss():

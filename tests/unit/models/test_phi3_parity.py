@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+from family_checks import assert_same_tensors
 from phi3_tiny import ORIGINAL, VARIANTS, VOCAB, phi3_config
-from safetensors.torch import load_file
 
 from models import AutoModelForCausalLM
 from models.common.layers import Attention, RMSNorm, SwiGLUMLP
@@ -39,19 +39,11 @@ def _pair(tmp_path, variant: str = "plain", **overrides):
     return hf, native
 
 
-def _read_dir(directory) -> dict[str, torch.Tensor]:
-    return {k: v for path in sorted(directory.glob("*.safetensors")) for k, v in load_file(path).items()}  # fmt: skip
-
-
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_hf_checkpoint_round_trip_is_exact(variant, tmp_path):
     _, native = _pair(tmp_path, variant)
     native.save_pretrained(tmp_path / "native", max_shard_size=60_000)
-    before, after = _read_dir(tmp_path / "hf"), _read_dir(tmp_path / "native")
-    assert sorted(before) == sorted(after)
-    for key, tensor in before.items():
-        assert after[key].dtype == tensor.dtype and after[key].shape == tensor.shape, key
-        assert torch.equal(after[key], tensor), key
+    assert_same_tensors(tmp_path / "hf", tmp_path / "native")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -102,15 +94,20 @@ def test_sliding_window_changes_attention_beyond_the_window(tmp_path):
     assert (a[:, 8:] - b[:, 8:]).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("variant", ["plain", "partial", "longrope", "phi4mini"])
-def test_rotary_matches_below_and_above_the_original_length(variant):
-    config = phi3_config(variant)
-    ours, ref = Phi3RotaryEmbedding(config), transformers.Phi3Model(config).rotary_emb
+def _assert_rotary_matches(ours, ref) -> None:
+    """(cos, sin) equal transformers' below and above the original length."""
     x = torch.zeros(1, 1, 8)
     for length in LENGTHS:
         positions = torch.arange(length).unsqueeze(0)
         for got, want in zip(ours(x, positions), ref(x, positions), strict=True):
             torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("variant", ["plain", "partial", "longrope", "phi4mini"])
+def test_rotary_matches_below_and_above_the_original_length(variant):
+    config = phi3_config(variant)
+    ours, ref = Phi3RotaryEmbedding(config), transformers.Phi3Model(config).rotary_emb
+    _assert_rotary_matches(ours, ref)
 
 
 def test_longrope_with_explicit_factor_and_attention_factor_matches():
@@ -118,11 +115,7 @@ def test_longrope_with_explicit_factor_and_attention_factor_matches():
     config = phi3_config("longrope", rope_scaling={**base, "factor": 4.0, "attention_factor": 1.3})
     ours, ref = Phi3RotaryEmbedding(config), transformers.Phi3Model(config).rotary_emb
     assert ours.attention_scaling == 1.3
-    x = torch.zeros(1, 1, 8)
-    for length in LENGTHS:
-        positions = torch.arange(length).unsqueeze(0)
-        for got, want in zip(ours(x, positions), ref(x, positions), strict=True):
-            torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    _assert_rotary_matches(ours, ref)
 
 
 def test_longrope_uses_long_factors_only_past_the_original_length():

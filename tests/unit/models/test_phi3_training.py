@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+from family_checks import train_losses
 from phi3_tiny import ORIGINAL, VOCAB, phi3_config
 from safetensors import safe_open
 
@@ -24,17 +25,9 @@ from models.phi3.model import Phi3ForCausalLM
 def test_loss_falls_and_every_parameter_gets_a_gradient(variant):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(phi3_config(variant)).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    assert all(p.requires_grad for p in model.parameters())
     ids = torch.randint(1, VOCAB, (4, ORIGINAL + 8))
-    losses = []
-    for _ in range(8):
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        if not losses:
-            assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = train_losses(model, ids, nonzero_grads=True)
     assert losses[-1] < losses[0] - 0.5, losses
     assert len(decoder_layers(model)) == 2
 
