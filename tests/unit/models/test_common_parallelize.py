@@ -66,7 +66,7 @@ def test_hugging_face_classes_get_their_family_plan(entry):
 def test_unregistered_architectures_get_the_dense_plan():
     import transformers
 
-    config = transformers.MistralConfig(**COMMON)
+    config = transformers.GraniteConfig(**COMMON)  # Llama-style names, not in the registry
     model = AutoModelForCausalLM.from_config(config)
     assert model.tuneyard_backend == "hf" and hooks.parallel_plan(model) is DENSE_PLAN
     assert hooks.tp_unsupported_reason(model, 2) is None
