@@ -80,6 +80,16 @@ def time_get(
     return times, count
 
 
+def time_get_plain(client: httpx.Client, path: str, repeat: int) -> tuple[list[float], int]:
+    """The same loop for a route without auth or database (what any answer costs here)."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        client.get(path).raise_for_status()
+        times.append((time.perf_counter() - start) * 1000)
+    return times, 0
+
+
 def line(label: str, times: list[float], n: int, base: float) -> str:
     median = statistics.median(times)
     return (f"  {label:<28}: median {median:6.1f} ms, p99 {percentile(times, 0.99):6.1f} ms, "
@@ -108,6 +118,7 @@ def main() -> None:
             empty, n_empty = time_get(client, path, {"after_step": args.rows}, args.repeat)
             etag = client.get(path, params=raw_q).headers["etag"]
             same, _ = time_get(client, path, raw_q, args.repeat, {"If-None-Match": etag})
+            floor, _ = time_get_plain(client, "/healthz", args.repeat)
     base_ms = statistics.median(raw)
     print(f"{args.rows} train records loaded with COPY in {load_s:.1f} s; "
           f"median of {args.repeat} HTTP GETs each, one uvicorn process, {os.cpu_count()} CPUs")  # fmt: skip
@@ -115,6 +126,7 @@ def main() -> None:
     print(line("max_points=1000 (whole run)", down, n_down, base_ms))
     print(line("empty poll (nothing new)", empty, n_empty, base_ms))
     print(line("same page, If-None-Match", same, 0, base_ms))
+    print(line("GET /healthz (HTTP floor)", floor, 0, base_ms))
 
 
 if __name__ == "__main__":

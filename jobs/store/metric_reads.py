@@ -28,21 +28,21 @@ METRIC_COLUMNS = (Metric.id, Metric.kind, Metric.attempt,
 _COLUMN_LIST = ", ".join(c.key for c in METRIC_COLUMNS)
 # One statement: the buckets' picks from the rollups, then those records by index.
 _FROM_ROLLUPS = text(f"""
-WITH picks AS (
-  SELECT (min(ARRAY[min_value, min_step::float8]) FILTER (WHERE min_value IS NOT NULL))[2]
-           AS s_min,
-         (max(ARRAY[max_value, max_step::float8]) FILTER (WHERE max_value IS NOT NULL))[2]
-           AS s_max,
-         max(last_step) AS s_last
-  FROM metric_rollups
-  WHERE job_id = :job_id AND kind = :kind
-  GROUP BY (block * {ROLLUP_BLOCK} - :origin) / :width
+WITH b AS (
+  SELECT (block * {ROLLUP_BLOCK} - :origin) / :width AS bucket,
+         min_value, min_step, max_value, max_step, last_step
+  FROM metric_rollups WHERE job_id = :job_id AND kind = :kind
+), picks AS (
+  (SELECT DISTINCT ON (bucket) min_step AS step FROM b WHERE min_value IS NOT NULL
+   ORDER BY bucket, min_value, min_step)
+  UNION
+  (SELECT DISTINCT ON (bucket) max_step FROM b WHERE max_value IS NOT NULL
+   ORDER BY bucket, max_value DESC, max_step)
+  UNION
+  (SELECT max(last_step) FROM b GROUP BY bucket)
 )
 SELECT {_COLUMN_LIST} FROM metrics
-WHERE job_id = :job_id AND kind = :kind AND step IN (
-  SELECT s_min::int FROM picks WHERE s_min IS NOT NULL
-  UNION SELECT s_max::int FROM picks WHERE s_max IS NOT NULL
-  UNION SELECT s_last FROM picks)
+WHERE job_id = :job_id AND kind = :kind AND step IN (SELECT step FROM picks)
 ORDER BY step
 """)  # noqa: S608 (the column list is this module's constant)
 

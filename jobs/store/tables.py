@@ -214,8 +214,8 @@ ROLLUP_BLOCK = 50  # steps per rollup row
 # Recompute the rollup rows of the blocks a statement touched: per job and kind, every block
 # from its lowest to its highest touched step (one index range scan; ingestion batches and
 # replays are contiguous). Recomputing a block is always right, so a sparse statement only
-# costs extra work. NULL values are left out of the extremes (PostgreSQL sorts a NULL array
-# element above every number).
+# costs extra work. Ties go to the lowest step (hence -step in the max). NULL values are
+# left out of the extremes (PostgreSQL sorts a NULL array element above every number).
 _ROLLUP_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION tuneyard_metric_rollup() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -223,7 +223,7 @@ BEGIN
                               last_step)
   SELECT m.job_id, m.kind, m.step / {ROLLUP_BLOCK},
          min(x.v), ((min(ARRAY[x.v, m.step::float8]) FILTER (WHERE x.v IS NOT NULL)))[2]::int,
-         max(x.v), ((max(ARRAY[x.v, m.step::float8]) FILTER (WHERE x.v IS NOT NULL)))[2]::int,
+         max(x.v), -((max(ARRAY[x.v, -m.step::float8]) FILTER (WHERE x.v IS NOT NULL)))[2]::int,
          max(m.step)
   FROM (SELECT job_id, kind, min(step) AS lo, max(step) AS hi FROM touched
         GROUP BY job_id, kind) t

@@ -70,6 +70,16 @@ def test_rollup_downsampling_picks_each_buckets_extremes_and_last(session, proje
     assert blocks == 20_003 // ROLLUP_BLOCK
 
 
+def test_ties_go_to_the_lowest_step(session, project, pg_only):
+    job_id = _job(session, project)
+    losses = {s: float(s % 5) for s in range(1, 3_001)}  # many equal values in each block
+    session.execute(insert(Metric), [{"job_id": job_id, "attempt": 1, "kind": "train",
+                                      "step": s, "loss": v} for s, v in losses.items()])  # fmt: skip
+    session.commit()
+    got, _ = reads.metrics_downsampled(session, job_id, "train", None, 90)
+    assert [r["step"] for r in got] == _expected(losses, 90)
+
+
 def test_scan_path_keeps_the_same_kind_of_points(session, project):
     job_id = _job(session, project)
     rows = [{"job_id": job_id, "attempt": 1, "kind": "val", "step": s, "val_loss": float(s % 13)}
