@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.recipe.errors import FieldError
+from jobs.recipe.native_fallbacks import NATIVE_ONLY_TP, hf_fallback_reason
 from jobs.recipe.paths import read_bounded
 from models.common.flops import param_count
 from models.registry import ModelCapabilities, capabilities_for, registered_architectures
@@ -265,12 +266,25 @@ def tensor_parallel_config_errors(
             f"tensor parallelism cannot run this model's residual dropout (resid_pdrop {rate})",
             "set distributed.tp_size: 1, or resid_pdrop: 0.0 in the model section",
         ))  # fmt: skip
-    if architecture in HF_CLASS_WITHOUT_TP:
+    if architecture in HF_CLASS_WITHOUT_TP or architecture in NATIVE_ONLY_TP:
         errors += _fused_hf_class_errors(architecture, model or {})
+    reason = hf_fallback_reason(architecture, config)
+    if reason:
+        errors.append(FieldError(
+            "distributed.tp_size",
+            f"this {architecture} config loads with the Hugging Face class ({reason}), "
+            "which the family's tensor-parallel plan cannot shard",
+            "set distributed.tp_size: 1",
+        ))  # fmt: skip
     return errors
 
 
 def _fused_hf_class_errors(architecture: str, model: dict[str, Any]) -> list[FieldError]:
+    what = (
+        "whose fused qkv_proj/gate_up_proj the tensor-parallel plan cannot shard"
+        if architecture in HF_CLASS_WITHOUT_TP
+        else "which the family's tensor-parallel plan (native class only) cannot shard"
+    )
     chosen = [
         ("model.force_hf", bool(model.get("force_hf"))),
         ("model.attn_implementation", model.get("attn_implementation") not in _NATIVE_ATTENTION),
@@ -278,8 +292,7 @@ def _fused_hf_class_errors(architecture: str, model: dict[str, Any]) -> list[Fie
     return [
         FieldError(
             loc,
-            f"loads the Hugging Face {architecture}, whose fused qkv_proj/gate_up_proj the "
-            "tensor-parallel plan cannot shard",
+            f"loads the Hugging Face {architecture}, {what}",
             f"remove {loc.split('.')[-1]} or set distributed.tp_size: 1",
         )
         for loc, hf_class in chosen
