@@ -54,7 +54,7 @@ class NativeCausalLM(nn.Module):
     @classmethod
     def unsupported_reason(cls, config: Any) -> str | None:
         """Why this class cannot run the config natively (None when it can)."""
-        reason = rope_unsupported_reason(config)
+        reason = cls.rope_unsupported_reason(config)
         if reason:
             return reason
         if getattr(config, "hidden_act", "silu") not in _ACTIVATIONS:
@@ -62,6 +62,11 @@ class NativeCausalLM(nn.Module):
         if config.num_attention_heads % (config.num_key_value_heads or 1):
             return "num_attention_heads is not a multiple of num_key_value_heads"
         return None
+
+    @classmethod
+    def rope_unsupported_reason(cls, config: Any) -> str | None:
+        """Why the common RoPE cannot run the config (families with their own rotary override)."""
+        return rope_unsupported_reason(config)
 
     # --- embeddings and tying -------------------------------------------------------
     def get_input_embeddings(self) -> nn.Embedding:
@@ -101,11 +106,15 @@ class NativeCausalLM(nn.Module):
         hidden = self.model(input_ids, attention_mask, position_ids, inputs_embeds)
         if logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
-        logits = self.lm_head(hidden)
+        logits = self.final_logits(self.lm_head(hidden))
         loss = None
         if labels is not None or shift_labels is not None:
             loss = causal_lm_loss(logits, labels, num_items_in_batch, shift_labels)
         return self._output(loss, logits, attention_mask)
+
+    def final_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits the loss and the caller see (Gemma soft-caps them); as they are here."""
+        return logits
 
     def _output(
         self, loss: torch.Tensor | None, logits: torch.Tensor, attention_mask: torch.Tensor | None

@@ -17,11 +17,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from models.common.causal_lm import NativeCausalLM, causal_lm_loss
-from models.common.layers import build_attention_mask
-from models.common.rope import RotaryEmbedding, rope_unsupported_reason
+from models.common.causal_lm import NativeCausalLM
+from models.common.layers import layer_attention_masks
+from models.common.rope import RotaryEmbedding
 from models.common.tie import reject_unsupported_tie_word_embeddings
 from models.gemma2.layers import (
     GEMMA_ACTIVATIONS,
@@ -73,21 +72,12 @@ class GemmaBackbone(nn.Module):
             raise ValueError("give exactly one of input_ids or inputs_embeds")
         hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         batch, seq = hidden.shape[:2]
-        masks = {  # one mask per distinct window (None: full causal)
-            window: build_attention_mask(
-                attention_mask, position_ids, batch, seq, hidden.device, sliding_window=window
-            )
-            for window in {layer.sliding_window for layer in self.layers}
-        }
+        masks = layer_attention_masks(self.layers, attention_mask, position_ids, hidden)
         if position_ids is None:
             position_ids = torch.arange(seq, device=hidden.device).unsqueeze(0).expand(batch, -1)
         rope = self.position_embeddings(hidden, position_ids)
-        for layer in self.layers:
-            hidden = layer(
-                hidden,
-                position_embeddings=rope[layer.layer_type],
-                attention_mask=masks[layer.sliding_window],
-            )
+        for layer, mask in zip(self.layers, masks, strict=True):
+            hidden = layer(hidden, position_embeddings=rope[layer.layer_type], attention_mask=mask)
         return self.norm(hidden)
 
 
@@ -119,34 +109,10 @@ class Gemma2ForCausalLM(NativeCausalLM):
             return "num_attention_heads is not a multiple of num_key_value_heads"
         return cls.rope_unsupported_reason(config)
 
-    @classmethod
-    def rope_unsupported_reason(cls, config: Any) -> str | None:
-        return rope_unsupported_reason(config)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        logits_to_keep: int = 0,
-        num_items_in_batch: int | torch.Tensor | None = None,
-        shift_labels: torch.Tensor | None = None,
-        **kwargs: Any,
-    ) -> CausalLMOutputWithPast:
-        """The base forward (no labels) with the logits soft-capped before the loss."""
-        out = super().forward(
-            input_ids, attention_mask, position_ids, None, inputs_embeds, logits_to_keep, **kwargs
-        )
-        logits = out.logits
+    def final_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits tanh soft-capped (`final_logit_softcapping`), before the loss."""
         cap = getattr(self.config, "final_logit_softcapping", None)
-        if cap:
-            logits = torch.tanh(logits / cap) * cap
-        loss = None
-        if labels is not None or shift_labels is not None:
-            loss = causal_lm_loss(logits, labels, num_items_in_batch, shift_labels)
-        return CausalLMOutputWithPast(loss=loss, logits=logits)
+        return torch.tanh(logits / cap) * cap if cap else logits
 
 
 ModelClass = Gemma2ForCausalLM

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from models.common.causal_lm import NativeCausalLM
-from models.common.layers import _ACTIVATIONS, DecoderModel
+from models.common.layers import DecoderModel
 from models.common.safetensors_io import SafetensorsReader
 from models.common.safetensors_io.shards import plan_shards, shard_file_names, write_index
 from models.common.safetensors_io.writer import write_file
@@ -48,16 +48,9 @@ class Phi3ForCausalLM(NativeCausalLM):
         super().__init__(config, backbone)
 
     @classmethod
-    def unsupported_reason(cls, config: Any) -> str | None:
-        """Why this class cannot run the config natively (None when it can)."""
-        reason = phi3_rope_unsupported_reason(config)
-        if reason:
-            return reason
-        if getattr(config, "hidden_act", "silu") not in _ACTIVATIONS:
-            return f"hidden_act {config.hidden_act!r}"
-        if config.num_attention_heads % (config.num_key_value_heads or 1):
-            return "num_attention_heads is not a multiple of num_key_value_heads"
-        return None
+    def rope_unsupported_reason(cls, config: Any) -> str | None:
+        """Phi-3's rotary (partial, LongRoPE) instead of the common one."""
+        return phi3_rope_unsupported_reason(config)
 
     def load_hf_weights(self, directory: Path) -> None:
         """Read every tensor, and each fused tensor's row ranges, straight into parameters."""
