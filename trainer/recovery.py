@@ -13,7 +13,9 @@ to; the restored state is then proven like any resume (`trainer.fingerprint`). A
 
 `TUNEYARD_TEST_POISON_ROWS` (tests only; comma-separated dataset indices) fills the first
 trainable parameter with NaN before any step that draws one of those rows, so a test sees
-a real NaN loss that only a rollback (which skips those rows) can get past.
+a real NaN loss that only a rollback (which skips those rows) can get past;
+`TUNEYARD_TEST_SPIKE_ROWS` multiplies the last trainable parameter (the output head) by
+100 instead: a finite loss spike.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ from trainer.errors import TrainerError
 from trainer.sample_log import Position, StepRows, describe
 
 POISON_ENV = "TUNEYARD_TEST_POISON_ROWS"
+SPIKE_ENV = "TUNEYARD_TEST_SPIKE_ROWS"
+SPIKE_SCALE = 100.0
+
+
+def _rows_env(name: str) -> set[int]:
+    return {int(i) for i in os.environ.get(name, "").split(",") if i.strip()}
 
 
 def spike_threshold(history: dict[int, float], step: int, factor: float, window: int) -> float:
@@ -50,17 +58,20 @@ class DivergenceGuard:
         self.settings, self.rows = settings, rows
         self.history: dict[int, float] = {}
         self.rollbacks = 0
-        self.poison = {int(i) for i in os.environ.get(POISON_ENV, "").split(",") if i.strip()}
+        self.poison, self.spike = _rows_env(POISON_ENV), _rows_env(SPIKE_ENV)
 
     def inject_fault(self, run: Any, positions: list[Position]) -> None:
-        """Tests only: NaN into the weights before a step that draws a poisoned row."""
-        if not self.poison:
+        """Tests only: NaN (or a x100 head) into the weights before a step that draws a
+        poisoned (or spiking) row."""
+        if not self.poison and not self.spike:
             return
-        if any(r["index"] in self.poison for r in self.rows.rows(run, positions)):
-            param = next(p for p in run.model.parameters() if p.requires_grad)
-            with torch.no_grad():
-                local = param.to_local() if hasattr(param, "to_local") else param
-                local.fill_(float("nan"))
+        drawn = {r["index"] for r in self.rows.rows(run, positions)}
+        trainable = [p for p in run.model.parameters() if p.requires_grad]
+        with torch.no_grad():
+            if drawn & self.poison:
+                _local(trainable[0]).fill_(float("nan"))
+            if drawn & self.spike:
+                _local(trainable[-1]).mul_(SPIKE_SCALE)
 
     def reason(self, loss: float, step: int) -> str | None:
         if not math.isfinite(loss):
@@ -130,6 +141,10 @@ class DivergenceGuard:
                   f"{describe(rows)}, back to step {run.step}")  # fmt: skip
         if run.resumed_from is not None:
             fingerprint.verify_resume(run, log)
+
+
+def _local(param: torch.Tensor) -> torch.Tensor:
+    return param.to_local() if hasattr(param, "to_local") else param
 
 
 def scale_lr(run: Any, scale: float) -> None:

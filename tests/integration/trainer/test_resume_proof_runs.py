@@ -23,7 +23,7 @@ from trainer_harness import Assets, base_recipe, launch, launch_until, strategy_
 
 from jobs.recipe.exit_codes import ExitCode
 from trainer.data.sampler import ResumableBatchSampler
-from trainer.recovery import POISON_ENV
+from trainer.recovery import POISON_ENV, SPIKE_ENV
 
 pytestmark = pytest.mark.slow
 SEED, BATCH, ACCUMULATION = 7, 4, 2  # base_recipe's rng.seed, batch_size, grad accumulation
@@ -174,3 +174,21 @@ def test_more_bad_steps_than_retries_fail_naming_the_rows(run_main, assets, monk
     failed = events[-1]
     assert failed["event"] == "failed" and "after 1 rollbacks" in failed["message"]
     assert str(poisoned_row(10)) in failed["message"]
+
+
+def test_on_spike_rolls_back_a_loss_above_the_moving_median(run_main, assets, monkeypatch):
+    bad = poisoned_row(7)
+    monkeypatch.setenv(SPIKE_ENV, str(bad))
+    recovery = {"on_spike": {"factor": 3, "window": 3}}
+    code, output, events = run_main("proof-spike", short_recipe(assets, 10, recovery=recovery))
+    assert code == 0, output[-2000:]
+    rollback = next(e for e in events if e["event"] == "rollback")
+    assert (rollback["step"], rollback["to_step"], rollback["reason"]) == (7, 4, "spike")
+    assert bad in [r["index"] for r in rollback["skipped_rows"]]
+    run_dir = assets.root / "runs" / "proof-spike"
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if r["kind"] == "train"]
+    spiked = losses[6]  # the first step 7
+    assert spiked > 3 * sorted(losses[3:6])[1]
+    final = {r["step"]: r["loss"] for r in records if r["kind"] == "train"}
+    assert max(final.values()) < spiked / 3  # the spike is gone from the run's record
