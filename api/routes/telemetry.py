@@ -5,14 +5,24 @@ checkpoints. All scoped to the caller's project like every job lookup.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
-from api.deps import Reader, ReleasingRoute, SessionDep
+from api.deps import (
+    Credentials,
+    Reader,
+    ReleasingRoute,
+    SessionDep,
+    SettingsDep,
+    principal_with_role,
+    read_session,
+)
 from api.errors import InvalidRequest
 from api.pages import CURSOR_DOC, json_page, numeric_cursor
 from api.routes.jobs import AUTH_ERRORS, NOT_FOUND, find_job, own_job_id
@@ -38,14 +48,14 @@ STREAM_DOC = {200: {"content": {"text/event-stream": {}}, "description": "Server
 @router.get("/metrics", response_model=MetricsPublic, summary="Metric records of a job",
             responses={304: {"description": "Not modified: the `If-None-Match` ETag still "
                              "holds."}, **NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
-def get_job_metrics(
+async def get_job_metrics(
     job_id: str,
     request: Request,
-    principal: Reader,
-    session: SessionDep,
+    settings: SettingsDep,
+    creds: Credentials,
     kind: Kind = "train",
     after_step: Annotated[
-        int | None, Query(ge=-1, le=2**31 - 1, description="Cursor: only steps greater than this.")
+        int | None, Query(ge=-1, le=2**31 - 1, description="Deprecated: the cursor as a number.")
     ] = None,  # fmt: skip
     cursor: Annotated[str | None, Query(max_length=20, description=CURSOR_DOC)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
@@ -59,28 +69,46 @@ def get_job_metrics(
         ),
     ] = None,  # fmt: skip
 ) -> Response:
-    """Ascending by step. Poll with `after_step=<next_after_step>`: a poll with nothing new
-    is one index probe and an empty page. Every answer has an ETag; `If-None-Match` with it
-    answers 304 while the page is unchanged."""
-    own_id = own_job_id(session, principal, job_id)
+    """Ascending by step (needs a `read` key). Poll with `cursor=<next_cursor>`: a poll with
+    nothing new is one index probe and an empty page. Every answer has an ETag;
+    `If-None-Match` with it answers 304 while the page is unchanged. The caller, the job and
+    the page are read in one threadpool call, on one connection."""
     after_step = numeric_cursor(cursor, after_step)
     if after_step is not None and after_step > 2**31 - 1:
         raise InvalidRequest([FieldError("cursor", "past the last possible step",
                                          "pass the `next_cursor` of the previous page")])  # fmt: skip
-    has_more = False
-    if max_points is not None:
-        rows, downsampled = metric_reads.metrics_downsampled(session, own_id, kind, after_step,
-                                                             max_points)  # fmt: skip
-    else:
-        rows, downsampled = metric_reads.metrics_page(session, own_id, kind, after_step,
-                                                      limit + 1), False  # fmt: skip
-        has_more, rows = len(rows) > limit, rows[:limit]
-    session.close()
-    next_step = rows[-1]["step"] if rows else after_step
-    page = {"data": rows, "kind": kind, "downsampled": downsampled, "has_more": has_more,
+    query = MetricsQuery(job_id, kind, after_step, limit, max_points)
+    factory = request.app.state.session_factory
+    page = await run_in_threadpool(_metrics_page, factory, settings, creds, query)
+    return json_page(request, page)
+
+
+@dataclass(frozen=True)
+class MetricsQuery:
+    job_id: str
+    kind: str
+    after_step: int | None
+    limit: int
+    max_points: int | None
+
+
+def _metrics_page(
+    factory: sessionmaker[Session], settings: Any, creds: Any, q: MetricsQuery
+) -> dict[str, Any]:
+    with read_session(factory) as session:
+        principal = principal_with_role(settings, session, creds, "read")
+        own_id = own_job_id(session, principal, q.job_id)
+        has_more = False
+        if q.max_points is not None:
+            rows, downsampled = metric_reads.metrics_downsampled(
+                session, own_id, q.kind, q.after_step, q.max_points)  # fmt: skip
+        else:
+            rows = metric_reads.metrics_page(session, own_id, q.kind, q.after_step, q.limit + 1)
+            downsampled, has_more, rows = False, len(rows) > q.limit, rows[: q.limit]
+    next_step = rows[-1]["step"] if rows else q.after_step
+    return {"data": rows, "kind": q.kind, "downsampled": downsampled, "has_more": has_more,
             "next_cursor": None if next_step is None else str(next_step),
             "next_after_step": next_step}  # fmt: skip
-    return json_page(request, page)
 
 
 def _stream_fetch(
