@@ -93,6 +93,38 @@ def assert_lora_trains_adapters_and_applies_to_hf(
     return trainable
 
 
+def assert_logits_and_loss_match(
+    hf: torch.nn.Module,
+    native: torch.nn.Module,
+    ids: torch.Tensor,
+    masked: int = 0,
+    atol: float = 1e-5,
+    rtol: float = 0.0,
+) -> None:
+    """Logits and loss equal transformers' (labels = ids, the first `masked` labels of row 0
+    ignored)."""
+    labels = ids.clone()
+    labels[0, :masked] = -100
+    ref, out = hf(input_ids=ids, labels=labels), native(input_ids=ids, labels=labels)
+    torch.testing.assert_close(out.logits, ref.logits, atol=atol, rtol=rtol)
+    torch.testing.assert_close(out.loss, ref.loss, atol=atol, rtol=rtol)
+
+
+def assert_padded_logits_match(
+    hf: torch.nn.Module,
+    native: torch.nn.Module,
+    ids: torch.Tensor,
+    atol: float = 1e-5,
+    rtol: float = 0.0,
+) -> None:
+    """Row 1 left-padded by 5 tokens: the logits equal transformers' on the real tokens."""
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0
+    ref = hf(input_ids=ids, attention_mask=mask).logits
+    out = native(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(out[mask.bool()], ref[mask.bool()], atol=atol, rtol=rtol)
+
+
 def read_safetensors_dir(directory: Path) -> dict[str, torch.Tensor]:
     """Every tensor of every safetensors file in a saved model directory."""
     from safetensors.torch import load_file

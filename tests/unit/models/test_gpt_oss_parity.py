@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+from family_checks import assert_logits_and_loss_match, assert_padded_logits_match
 from gpt_oss_tiny import seeded_hf_model, tiny_config, token_batch
 from transformers.models.gpt_oss import modeling_gpt_oss as hf_gpt_oss
 
@@ -178,23 +179,15 @@ def test_router_experts_and_block_match():
 def test_logits_and_loss_match_transformers(checkpoint):
     directory, hf = checkpoint
     native = AutoModelForCausalLM.from_pretrained(directory)
-    ids = token_batch()
     with torch.no_grad():
-        ours, theirs = native(input_ids=ids, labels=ids), hf(input_ids=ids, labels=ids)
-    torch.testing.assert_close(ours.logits, theirs.logits, **FP32)
-    torch.testing.assert_close(ours.loss, theirs.loss, **FP32)
+        assert_logits_and_loss_match(hf, native, token_batch(), **FP32)
 
 
 def test_padded_batch_matches_on_real_tokens(checkpoint):
     directory, hf = checkpoint
     native = AutoModelForCausalLM.from_pretrained(directory)
-    ids = token_batch()
-    mask = torch.ones_like(ids)
-    mask[1, :5] = 0
     with torch.no_grad():
-        ours = native(input_ids=ids, attention_mask=mask).logits
-        theirs = hf(input_ids=ids, attention_mask=mask).logits
-    torch.testing.assert_close(ours[mask.bool()], theirs[mask.bool()], **FP32)
+        assert_padded_logits_match(hf, native, token_batch(), **FP32)
 
 
 def test_load_balancing_loss_matches(checkpoint):

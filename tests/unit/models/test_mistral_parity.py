@@ -11,7 +11,12 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from family_checks import assert_save_round_trips_and_reloads, train_losses
+from family_checks import (
+    assert_logits_and_loss_match,
+    assert_padded_logits_match,
+    assert_save_round_trips_and_reloads,
+    train_losses,
+)
 from mistral_family_configs import VOCAB, mistral_config
 from transformers.masking_utils import create_sliding_window_causal_mask
 
@@ -88,22 +93,12 @@ def test_decoder_layer_matches_with_window():
 @pytest.mark.parametrize("window", [6, None])
 def test_logits_and_loss_match(tied, window):
     hf, native = _pair(mistral_config(sliding_window=window, tie_word_embeddings=tied))
-    ids = _ids()
-    labels = ids.clone()
-    labels[0, :3] = -100
-    ref, out = hf(input_ids=ids, labels=labels), native(input_ids=ids, labels=labels)
-    torch.testing.assert_close(out.logits, ref.logits, atol=ATOL, rtol=0)
-    torch.testing.assert_close(out.loss, ref.loss, atol=ATOL, rtol=0)
+    assert_logits_and_loss_match(hf, native, _ids(), masked=3, atol=ATOL)
 
 
 def test_padded_logits_match_across_the_window():
     hf, native = _pair(mistral_config())
-    ids = _ids()
-    mask = torch.ones_like(ids)
-    mask[1, :5] = 0
-    ref = hf(input_ids=ids, attention_mask=mask).logits
-    out = native(input_ids=ids, attention_mask=mask).logits
-    torch.testing.assert_close(out[mask.bool()], ref[mask.bool()], atol=ATOL, rtol=0)
+    assert_padded_logits_match(hf, native, _ids(), atol=ATOL)
 
 
 def test_packed_rows_window_within_each_sample():

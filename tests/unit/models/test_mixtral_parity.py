@@ -11,7 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from family_checks import assert_save_round_trips_and_reloads, read_safetensors_dir, train_losses
+from family_checks import (
+    assert_logits_and_loss_match,
+    assert_padded_logits_match,
+    assert_save_round_trips_and_reloads,
+    read_safetensors_dir,
+    train_losses,
+)
 from mistral_family_configs import VOCAB, mixtral_config
 from tiny_model_configs import hf_to_native_state
 
@@ -54,22 +60,12 @@ def test_moe_block_and_router_match():
 @pytest.mark.parametrize(("tied", "window"), [(False, 6), (True, 6), (False, None)])
 def test_logits_and_loss_match(tied, window):
     hf, native = _pair(tie_word_embeddings=tied, sliding_window=window)
-    ids = _ids()
-    labels = ids.clone()
-    labels[0, :3] = -100
-    ref, out = hf(input_ids=ids, labels=labels), native(input_ids=ids, labels=labels)
-    torch.testing.assert_close(out.logits, ref.logits, atol=ATOL, rtol=0)
-    torch.testing.assert_close(out.loss, ref.loss, atol=ATOL, rtol=0)
+    assert_logits_and_loss_match(hf, native, _ids(), masked=3, atol=ATOL)
 
 
 def test_padded_logits_match():
     hf, native = _pair()
-    ids = _ids()
-    mask = torch.ones_like(ids)
-    mask[1, :5] = 0
-    ref = hf(input_ids=ids, attention_mask=mask).logits
-    out = native(input_ids=ids, attention_mask=mask).logits
-    torch.testing.assert_close(out[mask.bool()], ref[mask.bool()], atol=ATOL, rtol=0)
+    assert_padded_logits_match(hf, native, _ids(), atol=ATOL)
 
 
 def test_load_balancing_loss_matches():

@@ -12,7 +12,11 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from family_checks import assert_same_tensors
+from family_checks import (
+    assert_logits_and_loss_match,
+    assert_padded_logits_match,
+    assert_same_tensors,
+)
 from phi3_tiny import ORIGINAL, VARIANTS, VOCAB, phi3_config
 
 from models import AutoModelForCausalLM
@@ -66,22 +70,13 @@ def test_logits_and_loss_match(variant, tied, tmp_path):
     torch.manual_seed(1)
     for length in LENGTHS:
         ids = torch.randint(1, VOCAB, (2, length))
-        labels = ids.clone()
-        labels[0, :4] = -100
-        ref, out = hf(input_ids=ids, labels=labels), native(input_ids=ids, labels=labels)
-        torch.testing.assert_close(out.logits, ref.logits, atol=ATOL, rtol=0)
-        torch.testing.assert_close(out.loss, ref.loss, atol=ATOL, rtol=0)
+        assert_logits_and_loss_match(hf, native, ids, masked=4, atol=ATOL)
 
 
 @pytest.mark.parametrize("variant", ["plain", "window", "phi4mini"])
 def test_padded_logits_match(variant, tmp_path):
     hf, native = _pair(tmp_path, variant)
-    ids = torch.randint(1, VOCAB, (2, 40))
-    mask = torch.ones_like(ids)
-    mask[1, :5] = 0
-    ref = hf(input_ids=ids, attention_mask=mask).logits
-    out = native(input_ids=ids, attention_mask=mask).logits
-    torch.testing.assert_close(out[mask.bool()], ref[mask.bool()], atol=ATOL, rtol=0)
+    assert_padded_logits_match(hf, native, torch.randint(1, VOCAB, (2, 40)), atol=ATOL)
 
 
 def test_sliding_window_changes_attention_beyond_the_window(tmp_path):
