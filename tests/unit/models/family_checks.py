@@ -125,6 +125,26 @@ def assert_padded_logits_match(
     torch.testing.assert_close(out[mask.bool()], ref[mask.bool()], atol=atol, rtol=rtol)
 
 
+def assert_registry_row_agrees(architecture: str, family: str, model_type: str) -> tuple:
+    """The registry row of `architecture` imports, names its family and model type (and is
+    the row found for that type), and agrees with its class: architecture, capabilities
+    declared on the class itself (no `get_capabilities`), tie support and state-dict
+    adapter. Returns (entry, class)."""
+    from models import registry
+
+    entry = registry.get_entry(architecture)
+    assert entry is not None and registry.import_failures().get(architecture) is None
+    cls = registry.load_class(entry)
+    assert cls.architecture == entry.architecture == architecture and entry.family == family
+    assert "capabilities" in vars(cls) and "get_capabilities" not in vars(cls)
+    assert cls.capabilities == entry.capabilities
+    assert cls.tie_word_embeddings_support is entry.tie_support
+    assert entry.config_model_types == (model_type,)
+    assert registry.entry_for_model_type(model_type) is entry
+    assert registry.load_state_dict_adapter(entry) is cls.state_dict_adapter
+    return entry, cls
+
+
 def read_safetensors_dir(directory: Path) -> dict[str, torch.Tensor]:
     """Every tensor of every safetensors file in a saved model directory."""
     from safetensors.torch import load_file

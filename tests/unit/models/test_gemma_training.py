@@ -13,7 +13,12 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from family_checks import assert_lora_trains_adapters_and_applies_to_hf, fixed_batch, train_losses
+from family_checks import (
+    assert_lora_trains_adapters_and_applies_to_hf,
+    assert_registry_row_agrees,
+    fixed_batch,
+    train_losses,
+)
 from gemma_tiny_configs import GEMMA_FAMILIES, VOCAB, gemma_config, randomize_norms
 
 from models import AutoModelForCausalLM, registry
@@ -62,16 +67,12 @@ def test_tied_only_aliases_and_refuses_untied(gemma):
 
 
 def test_registry_row_agrees_with_the_class(gemma):
-    entry = registry.get_entry(ARCHITECTURES[gemma])
-    cls = registry.load_class(entry)
-    assert registry.import_failures().get(entry.architecture) is None
-    assert cls.architecture == entry.architecture and entry.family == gemma
-    assert "capabilities" in vars(cls) and cls.capabilities == entry.capabilities
-    assert cls.tie_word_embeddings_support is entry.tie_support is TieSupport.TIED_ONLY
+    assert MODEL_TYPES[gemma] == gemma_config(gemma).model_type
+    entry, cls = assert_registry_row_agrees(ARCHITECTURES[gemma], gemma, MODEL_TYPES[gemma])
+    assert entry.tie_support is TieSupport.TIED_ONLY
     caps = entry.capabilities
     assert caps.supports_tp and caps.supports_sequence_parallel and caps.supports_lora
     assert not (caps.supports_pp or caps.supports_cp or caps.supports_ep)
-    assert entry.config_model_types == (MODEL_TYPES[gemma],) == (gemma_config(gemma).model_type,)
     assert entry.state_dict_adapter is None and cls.state_dict_adapter is None
     model = AutoModelForCausalLM.from_config(gemma_config(gemma))
     assert parallel_plan(model) is registry.load_parallel_plan(entry)

@@ -11,10 +11,15 @@ leaves the base weights untouched, and the saved adapter applied to transformers
 from __future__ import annotations
 
 import torch
-from family_checks import assert_lora_trains_adapters_and_applies_to_hf, fixed_batch, train_losses
+from family_checks import (
+    assert_lora_trains_adapters_and_applies_to_hf,
+    assert_registry_row_agrees,
+    fixed_batch,
+    train_losses,
+)
 from gpt_oss_tiny import VOCAB, seeded_hf_model, tiny_config
 
-from models import AutoModelForCausalLM, registry
+from models import AutoModelForCausalLM
 from models.gpt_oss import GptOssForCausalLM
 from models.hooks import decoder_layers
 from models.registry import TieSupport
@@ -40,11 +45,5 @@ def test_lora_trains_adapters_only_and_the_adapter_applies_to_transformers(tmp_p
 
 
 def test_registry_row_agrees_with_the_class():
-    entry = registry.get_entry("GptOssForCausalLM")
-    assert registry.load_class(entry) is GptOssForCausalLM
-    assert registry.entry_for_model_type("gpt_oss") is entry
-    assert (
-        entry.tie_support is TieSupport.UNTIED_ONLY is GptOssForCausalLM.tie_word_embeddings_support
-    )
-    assert entry.capabilities == GptOssForCausalLM.capabilities
-    assert registry.load_state_dict_adapter(entry) is GptOssForCausalLM.state_dict_adapter
+    entry, cls = assert_registry_row_agrees("GptOssForCausalLM", "gpt_oss", "gpt_oss")
+    assert cls is GptOssForCausalLM and entry.tie_support is TieSupport.UNTIED_ONLY

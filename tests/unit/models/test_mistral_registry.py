@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+from family_checks import assert_registry_row_agrees
 from mistral_family_configs import make_family_config
 
 from models import AutoModelForCausalLM, registry
@@ -20,14 +21,9 @@ ARCHITECTURES = {"mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM
 
 @pytest.mark.parametrize("family", sorted(ARCHITECTURES))
 def test_row_agrees_with_the_class(family):
-    entry = registry.get_entry(ARCHITECTURES[family])
-    assert registry.import_failures().get(entry.architecture) is None
-    cls = registry.load_class(entry)
-    assert cls.architecture == entry.architecture and entry.family == family
-    assert "capabilities" in vars(cls) and "get_capabilities" not in vars(cls)
-    assert cls.capabilities == entry.capabilities
-    assert cls.tie_word_embeddings_support is entry.tie_support is TieSupport.BOTH
-    assert entry.config_model_types == (make_family_config(family).model_type,)
+    model_type = make_family_config(family).model_type
+    entry, cls = assert_registry_row_agrees(ARCHITECTURES[family], family, model_type)
+    assert entry.tie_support is TieSupport.BOTH
     caps = entry.capabilities
     assert caps.supports_lora and caps.supports_fsdp
     assert not (caps.supports_pp or caps.supports_cp)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from family_checks import train_losses
+from family_checks import assert_registry_row_agrees, train_losses
 from phi3_tiny import ORIGINAL, VOCAB, phi3_config
 from safetensors import safe_open
 
@@ -65,13 +65,8 @@ def test_class_agrees_with_its_registry_row():
     from models.phi3.parallelize import PHI3_PLAN
     from models.phi3.state_dict_adapter import Phi3StateDictAdapter
 
-    entry = registry.get_entry("Phi3ForCausalLM")
-    assert registry.load_class(entry) is Phi3ForCausalLM
-    assert Phi3ForCausalLM.tie_word_embeddings_support is entry.tie_support
-    assert "capabilities" in vars(Phi3ForCausalLM) and "get_capabilities" not in vars(
-        Phi3ForCausalLM
-    )
-    assert Phi3ForCausalLM.capabilities == entry.capabilities
+    entry, cls = assert_registry_row_agrees("Phi3ForCausalLM", "phi3", phi3_config().model_type)
+    assert cls is Phi3ForCausalLM
     caps = entry.capabilities
     assert caps.supports_tp and caps.supports_sequence_parallel and caps.supports_fsdp
     assert caps.supports_lora
