@@ -58,6 +58,10 @@ GRID = [
 ]  # fmt: skip
 
 
+# Configs the constants in jobs.recipe.estimate were not fitted on (`--grid held-out`).
+HELD_OUT = [Case("M", True, True, 1), Case("S", False, False, 2), Case("L", True, False, 1)]
+
+
 def build_model(root: Path, size: str) -> Path:
     import torch
     from transformers import LlamaForCausalLM
@@ -135,7 +139,18 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--only", help="comma-separated case names")
+    parser.add_argument(
+        "--grid",
+        choices=("fit", "held-out"),
+        default="fit",
+        help="the grid the constants were fitted on, or configs they were not",
+    )
     parser.add_argument("--work", type=Path, help="reuse this directory for models and runs")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="take the peaks measured by an earlier run in --work (no training)",
+    )
     args = parser.parse_args()
     root = args.work or Path(tempfile.mkdtemp(prefix="bench-estimate-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -143,18 +158,26 @@ def main() -> None:
     from trainer.assets import write_instruction_jsonl
 
     data = write_instruction_jsonl(root / "train.jsonl", 2048)
-    cases = [c for c in GRID if not args.only or c.name in args.only.split(",")]
+    grid = GRID if args.grid == "fit" else HELD_OUT
+    cases = [c for c in grid if not args.only or c.name in args.only.split(",")]
     if args.device == "cuda":
         import torch
 
         cases = [c for c in cases if c.ranks <= torch.cuda.device_count()]
+    store = root / "measured.json"  # peaks by device, case and steps, for --reuse
+    saved = json.loads(store.read_text()) if store.exists() else {}
     errors, start = [], time.perf_counter()
     print(
         f"{'config':<18}{'estimate MiB':>13}{'measured MiB':>13}{'error':>8}   estimate parts MiB"
     )
     for case in cases:
         recipe = recipe_for(case, build_model(root, case.size), data, args.steps)
-        parts, peaks = estimate(recipe, case, args.device), measure(recipe, case, root)
+        parts = estimate(recipe, case, args.device)
+        key = f"{args.device}:{case.name}:{args.steps}"
+        peaks = saved.get(key) if args.reuse else None
+        if peaks is None:
+            peaks = saved[key] = measure(recipe, case, root)
+            store.write_text(json.dumps(saved, indent=1))
         measured = max(peaks)
         error = (parts["total"] - measured) / measured
         errors.append(abs(error))

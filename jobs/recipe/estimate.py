@@ -29,19 +29,26 @@ OPTIMIZER_STATES = {"AdamW": 2, "Adam": 2, "NAdam": 2, "RAdam": 2, "Adamax": 2, 
 UNKNOWN_OPTIMIZER_STATES = 2
 # Saved tensor elements per token per decoder layer, fitted on CPU runs: hidden-sized
 # (norm inputs and outputs, residuals), attention-sized (q, k, v before and after RoPE, the
-# attention output) and MLP-sized (gate, up, their product) tensors; under LoRA the frozen
-# projections keep no inputs for weight gradients.
-ACT_HIDDEN, ACT_ATTENTION, ACT_MLP = 6.0, 2.0, 4.0
-ACT_HIDDEN_LORA, ACT_ATTENTION_LORA, ACT_MLP_LORA = 4.0, 2.0, 3.0
+# attention output) and MLP-sized (gate, up, their product) tensors. LoRA keeps the same:
+# the adapters need every projection's input.
+ACT_HIDDEN, ACT_ATTENTION, ACT_MLP = 5.2, 1.7, 3.5
 # Logit bytes per (token x vocab entry): the logits in the model dtype, their fp32 copy and
 # its gradient (a chunked loss keeps only the logits and their gradient).
 LOGIT_FP32_BYTES, LOGIT_FP32_BYTES_CHUNKED = 8, 0
-# The optimizer's foreach update holds temporaries about the size of the trainable state.
-OPTIMIZER_TEMPORARY = 1.0
-# What a process adds beyond the model on CPU (allocator, data loading, communication
-# buffers): a constant measured on the grid; CUDA: 5% of the total for fragmentation.
-CPU_BASE_WORKSPACE = 96 << 20
+# The optimizer's foreach update holds temporaries of about twice the trainable parameters.
+OPTIMIZER_TEMPORARY = 1.9
+# What a process adds beyond the model on CPU (the modules the run imports while it builds,
+# data loading, allocator slack; a torchrun rank also its communication buffers): constants
+# measured on the grid. CUDA: 5% of the total for fragmentation.
+CPU_BASE_WORKSPACE, CPU_RANK_WORKSPACE = 40 << 20, 12 << 20
+# A full load imports the Hugging Face model classes the shard-only path never touches.
+CPU_FULL_LOAD_WORKSPACE = 120 << 20
+# A CPU rank's collectives (gloo: all-gather and reduce-scatter buffers per FSDP2 unit, freed
+# into per-thread heaps the process keeps) stay resident: about this many whole models.
+CPU_RANK_COPIES = 2.0
 CUDA_FRAGMENTATION = 0.05
+# A full (not shard-only) load holds the whole model and its checkpoint's pages at once.
+LOAD_COPIES = 2.0
 DEFAULT_FLOPS_PER_RANK = {"cpu": 2e10, "cuda": 4e14}  # used until a queue has finished jobs
 MEMORY_MARGIN = 0.10  # of the device memory, kept free of the estimate
 
@@ -75,6 +82,8 @@ class EstimateInputs:
     cp: int
     ep: int
     accelerator: str
+    world_size: int = 1
+    full_load: bool = True  # every rank loads the whole model (else FSDP2's shard-only load)
 
 
 def _dtype_bytes(model: dict[str, Any], config: dict[str, Any]) -> int:
@@ -143,8 +152,17 @@ def estimate_inputs(
         int(seq_length_of(recipe) or 0), int(step.get("local_batch_size") or 1),
         setup.activation_checkpointing, "Chunked" in loss or "Fused" in loss, setup.strategy,
         setup.dp_shard_size, sizes.tp_size, sizes.pp_size, sizes.cp_size, sizes.ep_size,
-        accelerator,
+        accelerator, setup.world_size, _full_load(recipe, setup),
     )  # fmt: skip
+
+
+def _full_load(recipe: dict[str, Any], setup: DistributedSetup) -> bool:
+    """Whether each rank loads the whole checkpoint: the trainer's shard-only load needs
+    FSDP2, no PEFT, no pipeline stages and a `from_pretrained` target."""
+    target = str((recipe.get("model") or {}).get("_target_") or "")
+    shard_only = (setup.strategy == "fsdp2" and recipe.get("peft") is None
+                  and setup.sizes.pp_size == 1 and target.endswith("from_pretrained"))  # fmt: skip
+    return not shard_only
 
 
 def _shards(x: EstimateInputs) -> tuple[int, int]:
@@ -156,13 +174,10 @@ def _shards(x: EstimateInputs) -> tuple[int, int]:
 
 def _activation_bytes(x: EstimateInputs) -> int:
     tokens = x.micro_batch * math.ceil(x.seq_length / x.cp)
-    if x.lora_rank is None:
-        coefficients = (ACT_HIDDEN, ACT_ATTENTION, ACT_MLP)
-    else:
-        coefficients = (ACT_HIDDEN_LORA, ACT_ATTENTION_LORA, ACT_MLP_LORA)
-    a_h, a_attn, a_mlp = coefficients
-    per_layer = tokens * (a_h * x.hidden + (a_attn * x.attention_width + a_mlp * x.mlp_width)
-                          / x.tp) * x.compute_bytes  # fmt: skip
+    width = (
+        ACT_HIDDEN * x.hidden + (ACT_ATTENTION * x.attention_width + ACT_MLP * x.mlp_width) / x.tp
+    )
+    per_layer = tokens * width * x.compute_bytes
     layers = math.ceil(x.layers / x.pp)
     inputs = tokens * x.hidden * x.compute_bytes  # what a checkpointed layer keeps
     if x.activation_checkpointing in (True, "full"):
@@ -181,21 +196,28 @@ def memory_per_rank(x: EstimateInputs) -> dict[str, int]:
     """Bytes on one rank: params, grads, optimizer, activations, workspace, total."""
     dense, expert = _shards(x)
     held = (x.params - x.expert_params) / dense + x.expert_params / expert
-    trained = x.trainable / (dense if x.lora_rank is not None else 1)
-    if x.lora_rank is None:
-        trained = held
+    trained = held if x.lora_rank is None else x.trainable / dense  # LoRA: the adapters
     params = held * x.param_bytes
     grads = trained * x.param_bytes
     if x.strategy == "ddp" and x.dp_shard * x.tp > 1:
         grads *= 2  # DDP's gradient buckets copy the gradients
     optimizer = trained * x.param_bytes * (x.optimizer_states + OPTIMIZER_TEMPORARY)
     activations = _activation_bytes(x)
-    workspace = _workspace(x, params + grads + optimizer + activations)
+    trained_total = params + grads + optimizer + activations
+    workspace = _workspace(x, trained_total)
+    workspace += max(0.0, _load_bytes(x, held) - trained_total)  # loading is the peak
     parts = {"params": params, "grads": grads, "optimizer": optimizer,
              "activations": activations, "workspace": workspace}  # fmt: skip
     out = {key: int(value) for key, value in parts.items()}
     out["total"] = sum(out.values())
     return out
+
+
+def _load_bytes(x: EstimateInputs, held: float) -> float:
+    """The peak while the model loads: the weights (whole, or this rank's shard) and the
+    checkpoint pages being read."""
+    weights = x.params if x.full_load else held
+    return LOAD_COPIES * weights * x.param_bytes
 
 
 def _workspace(x: EstimateInputs, model_bytes: float) -> float:
@@ -207,7 +229,10 @@ def _workspace(x: EstimateInputs, model_bytes: float) -> float:
         gathered = (x.root_params + 2 * x.layer_params) / x.tp * x.compute_bytes * (1 - 1 / dense)
     if x.accelerator == "cuda":
         return gathered + CUDA_FRAGMENTATION * (model_bytes + gathered)
-    return gathered + CPU_BASE_WORKSPACE
+    process = CPU_BASE_WORKSPACE + (CPU_FULL_LOAD_WORKSPACE if x.full_load else 0)
+    if x.world_size > 1:
+        process += CPU_RANK_WORKSPACE + CPU_RANK_COPIES * x.params * x.param_bytes
+    return gathered + process
 
 
 def _lora_spec(recipe: dict[str, Any]) -> tuple[int, list[str] | None, list[str] | None] | None:
@@ -263,7 +288,9 @@ def _basis(x: EstimateInputs, rate: float, learned: bool) -> dict[str, Any]:
         f"{'chunked' if x.chunked_loss else 'with an fp32 copy and its gradient'}",
         "workspace": "CUDA: 5% fragmentation, allocations only (no CUDA context)"
         if x.accelerator == "cuda"
-        else f"CPU: {CPU_BASE_WORKSPACE >> 20} MiB process overhead, fitted on the bench grid",
+        else f"CPU: {CPU_BASE_WORKSPACE >> 20} MiB process overhead ({CPU_RANK_WORKSPACE >> 20} "
+        "MiB per torchrun rank), fitted on the bench grid; while loading is the peak, the "
+        "load's excess",
         "throughput_flops_per_rank": rate,
         "throughput": source,
         "flops": "3 x forward matmuls (LoRA: 2 x base + 3 x adapters) + attention scores",

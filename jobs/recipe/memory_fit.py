@@ -55,12 +55,12 @@ def _candidates(x: EstimateInputs, supports_tp: bool) -> list[Fix]:
     if x.strategy == "fsdp2":
         shards = x.dp_shard * 2
         fixes.append(Fix(f"twice the ranks: distributed.dp_shard_size: {shards}",
-                         with_changes(x, dp_shard=shards), 2))  # fmt: skip
+                         with_changes(x, dp_shard=shards, world_size=x.world_size * 2), 2))  # fmt: skip
     if supports_tp and x.strategy == "fsdp2":
         fixes.append(Fix(f"distributed.tp_size: {x.tp * 2} (twice the ranks)",
-                         with_changes(x, tp=x.tp * 2), 3))  # fmt: skip
-    if x.lora_rank is None:
-        lora = with_changes(x, lora_rank=8, trainable=_lora_trainable(x))
+                         with_changes(x, tp=x.tp * 2, world_size=x.world_size * 2), 3))  # fmt: skip
+    if x.lora_rank is None:  # every rank then loads the whole model
+        lora = with_changes(x, lora_rank=8, trainable=_lora_trainable(x), full_load=True)
         fixes.append(Fix(f"peft: {ALL_LINEAR_LORA} (trains LoRA adapters only)", lora, 4))
     return fixes
 

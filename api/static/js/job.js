@@ -40,6 +40,7 @@ export function renderJob(view, jobId) {
     state.events = events;
     state.checkpoints = checkpoints;
     drawEvents(view, events);
+    drawMemory(view, state.job.plan, events);
     drawCheckpoints(view, checkpoints);
     drawCharts(charts, state);
   };
@@ -84,6 +85,7 @@ function skeleton(jobId) {
           <button data-action="cancel" id="btn-cancel" class="danger">Cancel</button>
         </div></div>
       <dl class="kv" id="job-details" style="margin-top:12px"></dl>
+      <dl class="kv" id="job-memory" style="margin-top:8px"></dl>
     </div>
     <div class="grid">${charts}
       <div class="panel"><h2>Events</h2><ul class="timeline" id="events"></ul></div>
@@ -212,6 +214,26 @@ function drawHeader(view, job) {
   if (job.error_code || job.error_message) rows.push(["Error", `${job.error_code || ""}: ${job.error_message || ""}`]);
   view.querySelector("#job-details").innerHTML = rows.map(([k, v]) =>
     `<dt>${esc(k)}</dt><dd ${k === "Error" ? 'class="field-error" id="job-error"' : ""}>${esc(v)}</dd>`).join("");
+}
+
+// Memory per rank: the plan's estimate beside the peaks the trainer measured on each rank
+// (the `finished` event, else `started`), and the estimate's error against the largest.
+function drawMemory(view, plan, events) {
+  const estimate = plan?.estimate?.memory_per_rank_bytes;
+  const measuredIn = (name) => events.map((e) => e.data || {}).filter((d) => d.event === name && Array.isArray(d.peak_memory_bytes)).pop();
+  const measured = measuredIn("finished") || measuredIn("started");
+  const rows = [];
+  if (estimate) {
+    const parts = ["params", "grads", "optimizer", "activations", "workspace"].map((k) => `${k} ${bytes(estimate[k])}`).join(", ");
+    rows.push(["Memory estimate", `${bytes(estimate.total)} per rank (${parts})`]);
+  } else rows.push(["Memory estimate", "– (model size or sequence length unknown at submit)"]);
+  if (measured) {
+    const peaks = measured.peak_memory_bytes;
+    const top = Math.max(...peaks);
+    const error = estimate && top > 0 ? ` · estimate ${((estimate.total - top) / top * 100).toFixed(1)}% off` : "";
+    rows.push([`Measured peak (${measured.event})`, peaks.map((p, rank) => `rank ${rank} ${bytes(p)}`).join(", ") + error]);
+  } else rows.push(["Measured peak", "– (reported when training starts)"]);
+  view.querySelector("#job-memory").innerHTML = rows.map(([k, v]) => `<dt>${esc(k)}</dt><dd data-memory="${esc(k)}">${esc(v)}</dd>`).join("");
 }
 
 function drawEvents(view, events) {

@@ -1,0 +1,76 @@
+"""Honest MFU and measured memory: peaks from a table by device and dtype (null where
+unknown, CPU included), LoRA counted from the adapters a model really has, and each rank's
+peak memory as growth over the run's baseline."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from models.common.flops import model_flops_per_token
+from trainer import metrics
+from trainer.assets import tiny_llama_config
+
+
+def test_peak_table_by_device_name_and_dtype():
+    assert metrics.peak_flops_for("NVIDIA H100 80GB HBM3", "bfloat16") == 989e12
+    assert metrics.peak_flops_for("NVIDIA H100 PCIe", "bfloat16") == 756e12
+    assert metrics.peak_flops_for("NVIDIA H200", "float32") == 67e12
+    assert metrics.peak_flops_for("Tesla V100-SXM2-16GB", "bfloat16") is None  # no bf16 units
+    assert metrics.peak_flops_for("Some Future GPU", "bfloat16") is None
+    assert ("A100", 312e12) in metrics.GPU_PEAK_FLOPS
+
+
+def test_cpu_has_no_peak_so_mfu_is_null():
+    assert metrics.device_peak_flops(torch.device("cpu"), torch.float32) is None
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM(tiny_llama_config())
+    meter = metrics.StepMeter(model, torch.device("cpu"), world_size=1)
+    record = meter.train_record(1, 0, 2.0, 1.0, 1e-3, tokens=256, seq_len=64, start=0.0)
+    assert record.mfu is None and record.tps > 0
+    assert meter.flops_per_token(64) == model_flops_per_token(model.config, 64)
+
+
+def test_a_known_peak_gives_flops_times_throughput_over_peak(monkeypatch):
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM(tiny_llama_config())
+    monkeypatch.setattr(metrics, "device_peak_flops", lambda device, dtype: 1e9)
+    meter = metrics.StepMeter(model, torch.device("cpu"), world_size=2)
+    clock = iter([10.0])
+    monkeypatch.setattr(metrics.time, "perf_counter", lambda: next(clock))
+    record = meter.train_record(1, 0, 2.0, 1.0, 1e-3, tokens=1000, seq_len=64, start=9.0)
+    assert record.mfu == model_flops_per_token(model.config, 64) * 1000.0 / 2e9
+
+
+def test_lora_flops_use_the_adapters_the_model_has():
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+
+    base = LlamaForCausalLM(tiny_llama_config())
+    config = base.config
+    model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    adapters = metrics.lora_adapter_params(model)
+    assert adapters == 2 * (4 * (64 + 64) + 4 * (64 + 32))  # 2 layers, q 64->64, v 64->32
+    meter = metrics.StepMeter(model, torch.device("cpu"), world_size=1)
+    full = model_flops_per_token(config, 64)
+    assert meter.flops_per_token(64) == model_flops_per_token(config, 64, lora=adapters) < full
+    assert metrics.lora_adapter_params(nn.Linear(2, 2)) is None
+
+
+def test_compute_dtype_is_the_parameters_without_mixed_precision():
+    assert metrics.compute_dtype(nn.Linear(2, 2).to(torch.bfloat16)) == torch.bfloat16
+
+
+def test_peak_memory_is_growth_over_the_baseline():
+    metrics.mark_memory_baseline()
+    before = metrics.peak_memory_bytes(torch.device("cpu"))
+    block = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MiB, touched
+    grown = metrics.peak_memory_bytes(torch.device("cpu"))
+    assert grown - before >= 60 << 20
+    assert metrics.rank_peak_memory(torch.device("cpu")) == [
+        metrics.peak_memory_bytes(torch.device("cpu"))
+    ]
+    assert metrics.memory_gib(torch.device("cpu")) * 2**30 >= grown
+    del block
