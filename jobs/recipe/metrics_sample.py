@@ -34,7 +34,7 @@ SAMPLE_FIELDS: tuple[SampleField, ...] = (
     SampleField("grad_norm", float, _TRAIN, "total gradient norm before clipping"),
     SampleField("lr", float, _TRAIN, "learning rate used by the step"),
     SampleField(
-        "mem", float, _TRAIN, "rank 0 memory in GiB: CUDA peak allocated, else resident set"
+        "mem", float, _TRAIN, "rank 0 peak GiB: CUDA max allocated, else peak RSS growth in the run"
     ),
     SampleField("tps", float, _TRAIN, "tokens per second, all ranks together"),
     SampleField("tps_per_rank", float, _TRAIN, "tokens per second of one rank"),
