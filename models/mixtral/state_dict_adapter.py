@@ -32,24 +32,24 @@ _HF_MOE_KEY = re.compile(
 
 def native_key_to_hf(key: str) -> str:
     """`...mlp.experts.3.up_proj.weight` -> `...block_sparse_moe.experts.3.w3.weight`."""
-    match = _NATIVE_MOE_KEY.match(key)
-    if match is None:
-        return key
-    if match["gate"]:
-        return f"{match['prefix']}.block_sparse_moe.gate.weight"
-    proj = _NATIVE_TO_HF_PROJ[match["proj"]]
-    return f"{match['prefix']}.block_sparse_moe.experts.{match['expert']}.{proj}.weight"
+    return _rename_moe_key(key, _NATIVE_MOE_KEY, "block_sparse_moe", _NATIVE_TO_HF_PROJ)
 
 
 def hf_key_to_native(key: str) -> str:
     """The inverse of `native_key_to_hf` (other keys pass through)."""
-    match = _HF_MOE_KEY.match(key)
+    return _rename_moe_key(key, _HF_MOE_KEY, "mlp", _HF_TO_NATIVE_PROJ)
+
+
+def _rename_moe_key(key: str, pattern: re.Pattern, block: str, projections: dict) -> str:
+    """A router or expert key matched by `pattern`, renamed under `block` with the expert's
+    projection renamed by `projections`; any other key as it is."""
+    match = pattern.match(key)
     if match is None:
         return key
     if match["gate"]:
-        return f"{match['prefix']}.mlp.gate.weight"
-    proj = _HF_TO_NATIVE_PROJ[match["proj"]]
-    return f"{match['prefix']}.mlp.experts.{match['expert']}.{proj}.weight"
+        return f"{match['prefix']}.{block}.gate.weight"
+    proj = projections[match["proj"]]
+    return f"{match['prefix']}.{block}.experts.{match['expert']}.{proj}.weight"
 
 
 class MixtralStateDictAdapter(Qwen3MoeStateDictAdapter):
