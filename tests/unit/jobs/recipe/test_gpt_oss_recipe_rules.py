@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from family_recipe_checks import assert_hf_class_refused
 from recipe_asserts import error_at, write_model_dir
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "llm_finetune"
@@ -63,17 +64,7 @@ def test_a_quantized_checkpoint_refuses_expert_parallelism(validate, recipe, dat
 
 def test_the_hugging_face_class_refuses_expert_parallelism(validate, recipe, data_root):
     forced = _gpt_oss(recipe, data_root)
-    forced["model"]["force_hf"] = True
-    error = error_at(validate(forced, nproc_per_node=2), "model.force_hf")
-    assert "Hugging Face class" in error.msg and "ep_size: 1" in error.fix
-    forced["model"].pop("force_hf")
-    forced["model"]["attn_implementation"] = "flash_attention_2"
-    assert (
-        "experts" in error_at(validate(forced, nproc_per_node=2), "model.attn_implementation").msg
-    )
-    forced["model"]["attn_implementation"] = "eager"
-    result = validate(forced, nproc_per_node=2)
-    assert result.valid, [str(e) for e in result.errors]
+    assert_hf_class_refused(validate, forced, "Hugging Face class", "ep_size: 1", "experts")
 
 
 def test_the_tiny_example_validates_with_its_assets(validate, data_root, squad_dir):

@@ -10,6 +10,7 @@ when it adapts every linear layer (its magnitudes are fused too).
 
 from __future__ import annotations
 
+from family_recipe_checks import assert_hf_class_refused
 from recipe_asserts import error_at, write_model_dir
 
 PHI3_CONFIG = {
@@ -76,12 +77,4 @@ def test_dora_on_some_projections_is_refused(validate, recipe, data_root):
 
 def test_the_fused_hugging_face_class_refuses_tensor_parallelism(validate, recipe, data_root):
     forced = _phi3(recipe, data_root)
-    forced["model"]["force_hf"] = True
-    error = error_at(validate(forced, nproc_per_node=2), "model.force_hf")
-    assert "fused qkv_proj/gate_up_proj" in error.msg and "tp_size: 1" in error.fix
-    forced["model"].pop("force_hf")
-    forced["model"]["attn_implementation"] = "flash_attention_2"
-    assert "fused" in error_at(validate(forced, nproc_per_node=2), "model.attn_implementation").msg
-    forced["model"]["attn_implementation"] = "eager"
-    result = validate(forced, nproc_per_node=2)
-    assert result.valid, [str(e) for e in result.errors]
+    assert_hf_class_refused(validate, forced, "fused qkv_proj/gate_up_proj", "tp_size: 1", "fused")
