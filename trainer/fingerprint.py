@@ -1,14 +1,16 @@
 """Resume proof: a fingerprint of the training state, stored with each checkpoint and
 checked again after a resume before the first step.
 
-The fingerprint has three parts: `parameters` (a SHA-256 of every trainable parameter's
-full tensor, by name), `optimizer` (the same for every optimizer state tensor, `<param>.<key>`,
-when the checkpoint keeps optimizer state) and `probe_loss` (the loss of a fixed probe batch:
-the dataset's first rows, the same on every rank, model in eval mode, no gradients, the RNG
-untouched). Sharded tensors are hashed whole (`DTensor.full_tensor`), so the digests do
-not depend on the mesh; each rank hashes what it holds and rank lists are merged, which
+The fingerprint has three parts: `parameters` (a SHA-256 of every trainable parameter, by
+name), `optimizer` (the same for every optimizer state tensor, `<param>.<key>`, when the
+checkpoint keeps optimizer state) and `probe_loss` (the loss of a fixed probe batch: the
+dataset's first rows, the same on every rank, model in eval mode, no gradients, the RNG
+untouched). Each rank hashes only the shards it holds (no gather: a save costs one pass
+over this rank's memory) and the ranks' digests of a tensor combine in rank order, which
 covers pipeline stages too (where there is no probe loss: stages cannot run one forward
-alone). After a resume `verify_resume` recomputes the fingerprint and writes
+alone). Shard digests depend on the mesh, so the fingerprint records its `layout` (world
+size and mesh shape); a resume onto another layout compares the probe loss only and says
+so. After a resume `verify_resume` recomputes the fingerprint and writes
 `resume_verified`, or writes `resume_mismatch` naming the differing parts and fails.
 """
 
@@ -43,27 +45,33 @@ def clean_name(name: str) -> str:
 
 
 def tensor_digest(tensor: torch.Tensor) -> str:
-    """SHA-256 (first 16 hex digits) of the full tensor's bytes, dtype and shape."""
+    """SHA-256 (first 16 hex digits) of this rank's part of a tensor: bytes, dtype, shape
+    (and, for a DTensor, its placements)."""
+    header = ""
     if isinstance(tensor, DTensor):
-        tensor = tensor.full_tensor()  # collective: every rank of the tensor's mesh calls it
+        header, tensor = str(tensor.placements), tensor.to_local()
     # a copy: numpy() would pin the storage, and FSDP2 frees and regrows parameter storage
     data = tensor.detach().to("cpu", copy=True).contiguous()
-    digest = hashlib.sha256(f"{data.dtype}{tuple(data.shape)}".encode())
+    digest = hashlib.sha256(f"{header}{data.dtype}{tuple(data.shape)}".encode())
     digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
+def combine(per_rank: list[str]) -> str:
+    """One digest for a tensor from its ranks' digests in rank order (one rank: itself)."""
+    if len(set(per_rank)) == 1:
+        return per_rank[0]  # replicated (or held by one rank)
+    return hashlib.sha256("|".join(per_rank).encode()).hexdigest()[:16]
+
+
 def _merged(local: dict[str, str]) -> dict[str, str]:
-    """Every rank's {name: digest}, merged (ranks of one stage hold the same names)."""
+    """Every rank's {name: digest}, combined per name in rank order."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return dict(sorted(local.items()))
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, local)
-    merged: dict[str, str] = {}
-    for part in gathered:
-        for name, digest in part.items():
-            merged.setdefault(name, digest)
-    return dict(sorted(merged.items()))
+    names = sorted({name for part in gathered for name in part})
+    return {n: combine([part[n] for part in gathered if n in part]) for n in names}
 
 
 def parameter_digests(model: torch.nn.Module) -> dict[str, str]:
@@ -134,10 +142,15 @@ def compute(run: Any) -> dict[str, Any]:
     if run.checkpoints.save_optimizer:
         optimizer = optimizer_digests(run.model, run.optimizer)
     return {
+        "layout": layout(run),
         "parameters": parameter_digests(run.model),
         "optimizer": optimizer,
         "probe_loss": probe_loss(run),
     }
+
+
+def layout(run: Any) -> dict[str, Any]:
+    return {"world_size": run.env.world_size, "mesh_shape": run.topology.mesh_shape()}
 
 
 def _digest_diff(part: str, saved: dict[str, str], now: dict[str, str]) -> list[str]:
@@ -151,10 +164,13 @@ def _digest_diff(part: str, saved: dict[str, str], now: dict[str, str]) -> list[
 
 
 def differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """The parts of `now` that differ from `saved`, each naming what differs."""
-    diffs = _digest_diff("parameters", saved.get("parameters") or {}, now["parameters"])
-    if saved.get("optimizer") is not None and now.get("optimizer") is not None:
-        diffs += _digest_diff("optimizer", saved["optimizer"], now["optimizer"])
+    """The parts of `now` that differ from `saved`, each naming what differs (digests only
+    where both were taken on the same layout)."""
+    diffs = []
+    if saved.get("layout") == now.get("layout"):
+        diffs += _digest_diff("parameters", saved.get("parameters") or {}, now["parameters"])
+        if saved.get("optimizer") is not None and now.get("optimizer") is not None:
+            diffs += _digest_diff("optimizer", saved["optimizer"], now["optimizer"])
     before, after = saved.get("probe_loss"), now.get("probe_loss")
     comparable = before is not None and after is not None
     if comparable and not math.isclose(before, after, rel_tol=PROBE_REL_TOL, abs_tol=1e-9):
@@ -174,7 +190,9 @@ def verify_resume(run: Any, log: Any) -> None:
     diffs = differences(saved, now)
     if not diffs:
         counts = {"parameters": len(now["parameters"]), "optimizer": len(now["optimizer"] or {})}
-        log.event("resume_verified", run.step, path=path, tensors=counts,
+        same_layout = saved.get("layout") == now["layout"]
+        compared = ["parameters", "optimizer", "probe_loss"] if same_layout else ["probe_loss"]
+        log.event("resume_verified", run.step, path=path, tensors=counts, compared=compared,
                   probe_loss=now["probe_loss"])  # fmt: skip
         return
     probe = {"saved": saved.get("probe_loss"), "recomputed": now["probe_loss"]}

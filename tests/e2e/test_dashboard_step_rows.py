@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+SHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
@@ -120,3 +121,5 @@ def test_clicking_a_loss_point_lists_that_steps_rows(stack, finished_job, browse
     early = click_loss_chart(driver, stack, finished_job, -0.3)
     late = click_loss_chart(driver, stack, finished_job, 0.3)  # the panel follows the click
     assert 1 <= early < late <= 16
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SHOTS / "07-step-rows.png"))

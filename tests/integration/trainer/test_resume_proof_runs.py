@@ -86,6 +86,7 @@ def test_killed_run_resumes_verified_and_every_step_names_the_sampler_rows(
     verified = [e for e in events if e["event"] == "resume_verified"]
     assert start == 10 and [e["step"] for e in verified] == [10]
     assert verified[0]["tensors"]["parameters"] > 0 and verified[0]["tensors"]["optimizer"] > 0
+    assert verified[0]["compared"] == ["parameters", "optimizer", "probe_loss"]
     assert not any(e["event"] == "resume_mismatch" for e in events)
     after = sample_lines(run_dir)
     assert step_rows(after) == expected  # steps 11.. rewritten by the resumed run, identically
@@ -96,6 +97,13 @@ def test_killed_run_resumes_verified_and_every_step_names_the_sampler_rows(
     assert set(previews) == {i for rows in expected.values() for i, _, _ in rows}
     for index, line in previews.items():
         assert prompts[index] in line["preview"] and line["tokens"] > 0
+
+    # onto one process: shard digests do not compare across meshes, the probe loss does
+    longer = {**recipe, "step_scheduler": {**recipe["step_scheduler"], "max_steps": 31}}
+    one = launch(assets, "proof-killed", longer, nproc=1, run_dir=run_dir)
+    assert one.returncode == 0, one.output[-3000:]
+    moved = [e for e in one.events() if e["event"] == "resume_verified"][-1]
+    assert moved["step"] == 30 and moved["compared"] == ["probe_loss"]
 
 
 def short_recipe(assets: Assets, max_steps: int, **sections) -> dict:

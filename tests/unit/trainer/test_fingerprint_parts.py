@@ -1,12 +1,19 @@
 """Fingerprint parts: a digest changes with any one value, dtype or shape and not with the
-tensor's layout; the comparison names each differing tensor and the probe loss, and
-ignores optimizer state a checkpoint did not keep."""
+tensor's memory layout; rank digests combine in order; the comparison names each differing
+tensor and the probe loss, ignores optimizer state a checkpoint did not keep, and compares
+only the probe loss across meshes."""
 
 from __future__ import annotations
 
 import torch
 
-from trainer.fingerprint import clean_name, differences, optimizer_digests, tensor_digest
+from trainer.fingerprint import (
+    clean_name,
+    combine,
+    differences,
+    optimizer_digests,
+    tensor_digest,
+)
 
 
 def test_a_digest_sees_one_value_dtype_and_shape_not_layout() -> None:
@@ -37,6 +44,14 @@ def test_differences_name_the_tensors_and_the_probe_loss() -> None:
         "parameters: b", "optimizer: a.exp_avg", "probe_loss: saved 2.0, recomputed 2.5"]  # fmt: skip
     fresh_optimizer = {**now, "parameters": saved["parameters"], "probe_loss": 2.0}
     assert differences({**saved, "optimizer": None}, fresh_optimizer) == []
+    moved = {**now, "layout": {"world_size": 4}}  # shard digests of another mesh: probe only
+    assert differences({**saved, "layout": {"world_size": 2}}, moved) == [
+        "probe_loss: saved 2.0, recomputed 2.5"]  # fmt: skip
+
+
+def test_rank_digests_combine_in_order_and_replicas_stay_one() -> None:
+    assert combine(["a1", "a1"]) == "a1"
+    assert combine(["a1", "b2"]) != combine(["b2", "a1"])
 
 
 def test_optimizer_digests_are_named_by_parameter_and_key() -> None:
