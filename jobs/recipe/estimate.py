@@ -31,21 +31,23 @@ UNKNOWN_OPTIMIZER_STATES = 2
 # (norm inputs and outputs, residuals), attention-sized (q, k, v before and after RoPE, the
 # attention output) and MLP-sized (gate, up, their product) tensors. LoRA keeps the same:
 # the adapters need every projection's input.
-ACT_HIDDEN, ACT_ATTENTION, ACT_MLP = 5.2, 1.7, 3.5
+ACT_HIDDEN, ACT_ATTENTION, ACT_MLP = 5.9, 2.0, 3.9
+# peft's LoRA layers keep more per layer (each adapter's input and output besides the base's).
+ACT_LORA_FACTOR = 1.4
 # Logit bytes per (token x vocab entry): the logits in the model dtype, their fp32 copy and
 # its gradient (a chunked loss keeps only the logits and their gradient).
 LOGIT_FP32_BYTES, LOGIT_FP32_BYTES_CHUNKED = 8, 0
-# The optimizer's foreach update holds temporaries of about twice the trainable parameters.
-OPTIMIZER_TEMPORARY = 1.9
+# The optimizer's foreach update holds temporaries of about 1.7x the trainable parameters.
+OPTIMIZER_TEMPORARY = 1.7
 # What a process adds beyond the model on CPU (the modules the run imports while it builds,
 # data loading, allocator slack; a torchrun rank also its communication buffers): constants
 # measured on the grid. CUDA: 5% of the total for fragmentation.
-CPU_BASE_WORKSPACE, CPU_RANK_WORKSPACE = 40 << 20, 12 << 20
+CPU_BASE_WORKSPACE, CPU_RANK_WORKSPACE = 52 << 20, 16 << 20
 # A full load imports the Hugging Face model classes the shard-only path never touches.
-CPU_FULL_LOAD_WORKSPACE = 120 << 20
+CPU_FULL_LOAD_WORKSPACE = 116 << 20
 # A CPU rank's collectives (gloo: all-gather and reduce-scatter buffers per FSDP2 unit, freed
 # into per-thread heaps the process keeps) stay resident: about this many whole models.
-CPU_RANK_COPIES = 2.0
+CPU_RANK_COPIES = 1.8
 CUDA_FRAGMENTATION = 0.05
 # A full (not shard-only) load holds the whole model and its checkpoint's pages at once.
 LOAD_COPIES = 2.0
@@ -177,7 +179,8 @@ def _activation_bytes(x: EstimateInputs) -> int:
     width = (
         ACT_HIDDEN * x.hidden + (ACT_ATTENTION * x.attention_width + ACT_MLP * x.mlp_width) / x.tp
     )
-    per_layer = tokens * width * x.compute_bytes
+    lora = ACT_LORA_FACTOR if x.lora_rank is not None else 1.0
+    per_layer = tokens * width * x.compute_bytes * lora
     layers = math.ceil(x.layers / x.pp)
     inputs = tokens * x.hidden * x.compute_bytes  # what a checkpointed layer keeps
     if x.activation_checkpointing in (True, "full"):

@@ -5,8 +5,9 @@ When it does not fit, the refusal sits at `distributed` and says the numbers; ea
 one change re-estimated with the same memory model, ranked cheapest first: activation
 checkpointing (recomputes, same result), a smaller micro-batch with more accumulation
 (same global batch), more FSDP2 shards or tensor-parallel ranks (more devices), LoRA (a
-different training). Fixes that fit come first; when none fits alone, the combination of
-all is offered too. The same fixes are in `plan.estimate.fit` for clients that read JSON.
+different training). Only fixes that lower the estimate are offered (on CPU, LoRA's full
+load or more ranks may not); those that fit come first; when none fits alone, the
+combination of all is offered too. The same fixes are in `plan.estimate.fit` for clients that read JSON.
 """
 
 from __future__ import annotations
@@ -72,8 +73,10 @@ def _lora_trainable(x: EstimateInputs) -> int:
 
 
 def ranked_fixes(x: EstimateInputs, usable: int, supports_tp: bool) -> list[dict[str, Any]]:
-    """Each fix with its new per-rank total; those that fit first, then by cost."""
-    fixes = _candidates(x, supports_tp)
+    """Each fix that lowers the per-rank total, with its new total; those that fit first,
+    then by cost."""
+    now = memory_per_rank(x)["total"]
+    fixes = [f for f in _candidates(x, supports_tp) if f.total() < now]
     if fixes and not any(f.total() <= usable for f in fixes):
         combined = x
         for fix in fixes:
