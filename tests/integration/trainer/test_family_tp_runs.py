@@ -10,91 +10,37 @@ validation loss.
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import family_runs
 import pytest
-import torch
-from trainer_harness import Assets, RunResult, base_recipe, launch, transformers_val_loss
+from trainer_harness import Assets, RunResult
 
 pytestmark = pytest.mark.slow
 
-TINY = dict(
-    vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-    bos_token_id=1, eos_token_id=2, pad_token_id=0,
-)  # fmt: skip
 FAMILIES = {"qwen2": {"tie_word_embeddings": True}, "qwen3": {"head_dim": 32}}
-
-
-def build_tiny(family: str, directory: Path) -> Path:
-    import transformers
-
-    from trainer.assets import build_tokenizer
-
-    build_tokenizer(directory, vocab_size=512)
-    config_class = {"qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[family]
-    config = config_class(**TINY, **FAMILIES[family])
-    torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(directory)
-    return directory
-
-
-def family_recipe(assets: Assets, family: str, distributed: dict) -> dict:
-    recipe = base_recipe(
-        assets,
-        distributed=distributed,
-        step_scheduler={"max_steps": 10, "grad_accumulation_steps": 1},
-    )
-    recipe["model"]["pretrained_model_name_or_path"] = str(assets.root / f"tiny-{family}")
-    return recipe
+CONFIG_CLASSES = {"qwen2": "Qwen2Config", "qwen3": "Qwen3Config"}
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
 def runs(request: pytest.FixtureRequest, assets: Assets) -> tuple[RunResult, RunResult]:
     """(the tp2 run, a one-process run of the same recipe: the same single data rank)."""
     family = request.param
-    build_tiny(family, assets.root / f"tiny-{family}")
-    tp2 = {"strategy": "fsdp2", "tp_size": 2, "sequence_parallel": True}
-    tp_run = launch(assets, f"tp2-{family}", family_recipe(assets, family, tp2), nproc=2)
-    single = family_recipe(assets, family, {"strategy": "fsdp2"})
-    return tp_run, launch(assets, f"tp1-{family}", single, nproc=1)
-
-
-def trained_weights(run: RunResult) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    weights: dict[str, torch.Tensor] = {}
-    for path in (run.run_dir / "checkpoints" / "step_10" / "model").glob("*.safetensors"):
-        weights.update(load_file(path))
-    return weights
-
-
-@pytest.fixture
-def tp_run(runs: tuple[RunResult, RunResult]) -> RunResult:
-    return runs[0]
+    config = {**family_runs.TINY_DENSE, **FAMILIES[family]}
+    directory = assets.root / f"tiny-{family}"
+    model_dir = family_runs.build_tiny(directory, CONFIG_CLASSES[family], **config)
+    return family_runs.tp_and_one_process_runs(assets, family, model_dir)
 
 
 def test_tp_run_trains_like_one_process(runs: tuple[RunResult, RunResult]) -> None:
-    for run in runs:
-        assert run.returncode == 0, run.output[-3000:]
-    tp_losses, single_losses = ([r["loss"] for r in run.records("train")] for run in runs)
-    assert len(tp_losses) == 10
-    assert sum(tp_losses[-3:]) / 3 < 0.8 * sum(tp_losses[:3]) / 3, tp_losses
-    assert tp_losses == pytest.approx(single_losses, rel=1e-4)
+    family_runs.assert_trains_like_one_process(runs)
 
 
 def test_tp_weights_equal_the_one_process_weights(runs: tuple[RunResult, RunResult]) -> None:
     """A gradient left partial over the tp ranks (e.g. a q/k norm's) barely moves the loss in
     10 steps but moves its weights by ~lr per step; the trained weights must agree."""
-    tp_weights, single_weights = (trained_weights(run) for run in runs)
-    assert tp_weights.keys() == single_weights.keys()
-    for name, tensor in tp_weights.items():
-        torch.testing.assert_close(tensor, single_weights[name], atol=1e-4, rtol=0, msg=name)
+    family_runs.assert_weights_equal(runs)
 
 
-def test_tp_checkpoint_reproduces_the_validation_loss(tp_run: RunResult, assets: Assets) -> None:
-    model_dir = tp_run.run_dir / "checkpoints" / "step_10" / "model"
-    val = [r for r in tp_run.records("val") if r["step"] == 10]
-    assert val and transformers_val_loss(model_dir, assets.val) == pytest.approx(
-        val[0]["val_loss"], rel=1e-4
-    )
+def test_tp_checkpoint_reproduces_the_validation_loss(
+    runs: tuple[RunResult, RunResult], assets: Assets
+) -> None:
+    family_runs.assert_checkpoint_reproduces_val_loss(runs[0], assets)
