@@ -83,25 +83,14 @@ class GemmaAttention(Attention):
     ) -> torch.Tensor:
         if self.context_parallel is not None:  # set on every `Attention` by the CP helper
             raise ValueError("Gemma attention does not run context parallel; set cp_size: 1")
+        if not self.softcap:  # the common SDPA path, with Gemma's scaling
+            return super().forward(hidden_states, position_embeddings, attention_mask)
         batch, seq = hidden_states.shape[:2]
         q, k, v = self.project_qkv(hidden_states, position_embeddings)
         groups = q.shape[1] // k.shape[1]
         dropout = self.dropout if self.training else 0.0
-        if self.softcap or attention_mask is not None:  # eager and masked GQA: repeat k/v
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        if self.softcap:
-            out = softcapped_attention(q, k, v, attention_mask, self.scaling, self.softcap, dropout)
-        else:
-            out = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=attention_mask,
-                is_causal=attention_mask is None,
-                dropout_p=dropout,
-                scale=self.scaling,
-                enable_gqa=k.shape[1] != q.shape[1],
-            )
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # eager
+        out = softcapped_attention(q, k, v, attention_mask, self.scaling, self.softcap, dropout)
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
