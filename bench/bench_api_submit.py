@@ -158,10 +158,18 @@ def run_once(
     log = tmp / f"{app.split(':')[0].replace('.', '_')}.log"
     log.write_bytes(b"")
     with api_server(url, tmp, app, workers, log) as (base, key):
-        asyncio.run(post_many(base, key, body, 20, 10))  # warm-up
+        try:
+            asyncio.run(post_many(base, key, body, 20, 10))  # warm-up
+        except httpx.HTTPError:
+            print(f"{app} did not answer; its log ends:\n{log.read_text()[-3000:]}")
+            raise
         pid = api_server.pid  # type: ignore[attr-defined]
         cpu, start = server_cpu_seconds(pid), time.perf_counter()
-        latencies = asyncio.run(post_many(base, key, body, args.requests, args.concurrency))
+        try:
+            latencies = asyncio.run(post_many(base, key, body, args.requests, args.concurrency))
+        except httpx.HTTPError:
+            print(f"{app} stopped answering; its log ends:\n{log.read_text()[-3000:]}")
+            raise
         wall = time.perf_counter() - start
         cpu_ms = (server_cpu_seconds(pid) - cpu) * 1000 / args.requests
     return latencies, wall, log.read_text(errors="replace").count("broker refused"), cpu_ms
