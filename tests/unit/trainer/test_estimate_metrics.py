@@ -74,3 +74,22 @@ def test_peak_memory_is_growth_over_the_baseline():
     ]
     assert metrics.memory_gib(torch.device("cpu")) * 2**30 >= grown
     del block
+
+
+def test_compute_dtype_is_fsdp2s_mixed_precision_param_dtype(monkeypatch):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29743", "RANK": "0",
+                       "WORLD_SIZE": "1"}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    dist.init_process_group("gloo")
+    try:
+        model = nn.Sequential(nn.Linear(4, 4))
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,)), mp_policy=policy)
+        assert next(model.parameters()).dtype == torch.float32
+        assert metrics.compute_dtype(model) == torch.bfloat16
+    finally:
+        dist.destroy_process_group()
