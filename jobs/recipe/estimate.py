@@ -53,6 +53,7 @@ CUDA_FRAGMENTATION = 0.05
 LOAD_COPIES = 2.0
 DEFAULT_FLOPS_PER_RANK = {"cpu": 2e10, "cuda": 4e14}  # used until a queue has finished jobs
 MEMORY_MARGIN = 0.10  # of the device memory, kept free of the estimate
+CONFIG_ERRORS = (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError)
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def estimate_inputs(
         weights = model_weights(config)
         hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
         vocab = int(config["vocab_size"])
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+    except CONFIG_ERRORS:
         return None
     step, peft = recipe.get("step_scheduler") or {}, recipe.get("peft")
     params = sum(w.total for w in weights)
@@ -263,7 +264,10 @@ def build_estimate(
     inputs = estimate_inputs(recipe, setup, accelerator, config)
     if inputs is None or not inputs.seq_length:
         return None
-    per_token = flops_breakdown(config, inputs.seq_length, lora=_lora_spec(recipe)).total
+    try:
+        per_token = flops_breakdown(config, inputs.seq_length, lora=_lora_spec(recipe)).total
+    except CONFIG_ERRORS:  # a config.json field of the wrong kind: no estimate, not a crash
+        return None
     flops_per_step = per_token * int(plan.get("tokens_per_step") or 0)
     learned = flops_per_rank is not None and flops_per_rank > 0
     rate = flops_per_rank if learned else DEFAULT_FLOPS_PER_RANK.get(accelerator, 2e10)

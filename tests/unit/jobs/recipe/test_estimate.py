@@ -158,6 +158,20 @@ def test_unknown_model_sizes_give_no_estimate_and_a_warning(settings, recipe, da
 
 
 @pytest.mark.parametrize(
+    "bad",
+    [{"head_dim": "wide"}, {"qk_nope_head_dim": "x", "qk_rope_head_dim": 8},
+     {"num_attention_heads": 0}, {"vocab_size": 2.5}, {"mlp_only_layers": 5,
+     "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 4}],
+)  # fmt: skip
+def test_config_fields_of_the_wrong_kind_give_no_estimate(settings, recipe, data_root, bad):
+    broken = copy.deepcopy(recipe)
+    path = write_model_dir(data_root / "odd", {**MEDIUM, **bad})
+    broken["model"]["pretrained_model_name_or_path"] = str(path)
+    result = validate_job(broken, (), None, settings, device_memory=GIB)  # never raises
+    assert result.plan["estimate"] is None
+
+
+@pytest.mark.parametrize(
     ("text", "value"),
     [("80GiB", 80 * GIB), ("80GB", 80 * GIB), ("512MiB", 512 << 20), ("1.5g", int(1.5 * GIB)),
      ("1073741824", GIB), ("", None), ("-1GiB", None), ("lots", None), ("0", None)],
