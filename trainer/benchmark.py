@@ -31,7 +31,7 @@ from trainer.finetune import (
     train_step,
     with_preemption,
 )
-from trainer.metrics import GPU_PEAK_FLOPS, RunLog, TrainRecord, memory_gib
+from trainer.metrics import GPU_PEAK_FLOPS, RunLog, TrainRecord, lora_adapter_params, memory_gib
 from trainer.setup import TrainingRun
 
 
@@ -57,8 +57,11 @@ def device_peak_tflops(device: torch.device, configured: float | None) -> float 
 
 
 def flops_per_token(run: TrainingRun, seq_len: int) -> float:
+    """From the architecture; with LoRA adapters the frozen base costs forward + input grad."""
     config = getattr(run.model, "config", None)
-    return model_flops_per_token(config, seq_len) if config is not None else 0.0
+    if config is None:
+        return 0.0
+    return model_flops_per_token(config, seq_len, lora=lora_adapter_params(run.model))
 
 
 def _synchronize(device: torch.device) -> None:
