@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from sqlalchemy import insert
 
@@ -43,8 +45,11 @@ def test_every_list_pages_with_one_cursor(client, stack, body) -> None:
     assert lines == [f"line {i}" for i in range(7)]
     steps = _walk(client, f"/v1/jobs/{job_id}/metrics", headers, "step", limit=4)
     assert steps == list(range(1, 10))
-    jobs = _walk(client, "/v1/jobs", headers, "id", limit=1)
-    assert job_id in jobs
+    batch = uuid.uuid4().hex[:8]  # the project holds other tests' jobs too
+    ids = [client.post("/v1/jobs", json={**body, "labels": {"batch": batch}},
+                       headers=stack.headers()).json()["id"] for _ in range(3)]  # fmt: skip
+    jobs = _walk(client, "/v1/jobs", headers, "id", limit=1, label=f"batch={batch}")
+    assert jobs == ids[::-1]
 
 
 @pytest.mark.parametrize("suffix", ["/events", "/logs", "/metrics"])
