@@ -144,4 +144,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    # The run is over and its files are closed. Skip the interpreter's teardown: gloo's
+    # background threads can abort it ("terminate called without an active exception",
+    # SIGABRT) after a run that finished, which would turn a success into a crash.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
