@@ -200,3 +200,20 @@ def test_on_spike_rolls_back_a_loss_above_the_moving_median(run_main, assets, mo
     assert spiked > 3 * sorted(losses[3:6])[1]
     final = {r["step"]: r["loss"] for r in records if r["kind"] == "train"}
     assert max(final.values()) < spiked / 3  # the spike is gone from the run's record
+
+
+def test_two_rank_fsdp2_rollback_rebuilds_every_rank(assets: Assets, monkeypatch) -> None:
+    bad = sampler_rows(256, 2, 6)[6][-1][0]  # a row of rank 1's second micro-batch
+    monkeypatch.setenv(POISON_ENV, str(bad))
+    recipe = short_recipe(assets, 8, recovery={"on_nan": "rollback"},
+                          distributed={"strategy": "fsdp2"})  # fmt: skip
+    run = launch(assets, "proof-fsdp2-rollback", recipe, nproc=2)
+    assert run.returncode == 0, run.output[-3000:]
+    events = run.events()
+    rollback = next(e for e in events if e["event"] == "rollback")
+    assert (rollback["step"], rollback["to_step"]) == (6, 4)
+    assert {r["dp_rank"] for r in rollback["skipped_rows"]} == {0, 1}
+    verified = [e for e in events if e["event"] == "resume_verified"]
+    assert [e["step"] for e in verified] == [4] and events[-1]["event"] == "finished"
+    rows = step_rows(sample_lines(run.run_dir))
+    assert rows[6] == sampler_rows(256, 2, 7)[7] and sorted(rows) == list(range(1, 9))

@@ -1,7 +1,8 @@
 """A job killed mid-run, through the real worker and trainer: the resumed attempt proves
 its resume (`resume_verified` in the job's events) and `GET /v1/jobs/{id}/steps/{step}/samples`
 answers exactly the rows the sampler gave each step, asked before the kill and after the
-resume, the re-run steps answered by the attempt that really used them."""
+resume, the re-run steps answered by the attempt that really used them; the job's events
+in the API list the proof."""
 
 from __future__ import annotations
 
@@ -55,6 +56,11 @@ def test_killed_job_resumes_verified_and_serves_each_steps_rows(project_id, proc
         after = {step: rows(step) for step in range(1, STEPS + 1)}
         missing = client.get(f"/v1/jobs/{job_id}/steps/{STEPS + 1}/samples")
         other = client.get("/v1/jobs/not-a-job/steps/1/samples")
+        listed = client.get(f"/v1/jobs/{job_id}/events", params={"limit": 1000}).json()["data"]
+    proofs = [e for e in listed if (e.get("data") or {}).get("event") == "resume_verified"]
+    assert (
+        proofs and proofs[0]["attempt"] == 2 and "resume_verified at step" in proofs[0]["message"]
+    )
     assert train_steps(job_id) == list(range(1, STEPS + 1))
     trainer_events = [e for e in events_of(job_id) if e.kind == "trainer"]
     verified = [e for e in trainer_events if e.data.get("event") == "resume_verified"]
