@@ -62,6 +62,14 @@ def tp_and_one_process_runs(
     return tp_run, launch(assets, f"tp1-{name}", single, nproc=1)
 
 
+def tiny_tp_runs(
+    assets: Assets, family: str, config_class: str, **config: Any
+) -> tuple[RunResult, RunResult]:
+    """`build_tiny` under assets.root/tiny-<family>, then `tp_and_one_process_runs` of it."""
+    model_dir = build_tiny(assets.root / f"tiny-{family}", config_class, **config)
+    return tp_and_one_process_runs(assets, family, model_dir)
+
+
 def final_checkpoint(run: RunResult) -> Path:
     return run.run_dir / "checkpoints" / f"step_{STEPS}" / "model"
 

@@ -25,9 +25,7 @@ def runs(request: pytest.FixtureRequest, assets: Assets) -> tuple[RunResult, Run
     """(the tp2 run, a one-process run of the same recipe: the same single data rank)."""
     family = request.param
     config = {**family_runs.TINY_DENSE, **FAMILIES[family]}
-    directory = assets.root / f"tiny-{family}"
-    model_dir = family_runs.build_tiny(directory, CONFIG_CLASSES[family], **config)
-    return family_runs.tp_and_one_process_runs(assets, family, model_dir)
+    return family_runs.tiny_tp_runs(assets, family, CONFIG_CLASSES[family], **config)
 
 
 def test_tp_run_trains_like_one_process(runs: tuple[RunResult, RunResult]) -> None:

@@ -30,9 +30,7 @@ CONFIG_CLASSES = {"gemma2": "Gemma2Config", "gemma3": "Gemma3TextConfig"}
 def runs(request: pytest.FixtureRequest, assets: Assets) -> tuple[RunResult, RunResult]:
     """(the tp2 run, a one-process run of the same recipe: the same single data rank)."""
     family = request.param
-    directory = assets.root / f"tiny-{family}"
-    model_dir = family_runs.build_tiny(directory, CONFIG_CLASSES[family], **TINY)
-    return family_runs.tp_and_one_process_runs(assets, family, model_dir)
+    return family_runs.tiny_tp_runs(assets, family, CONFIG_CLASSES[family], **TINY)
 
 
 def test_gemma_tp_run_trains_like_one_process(runs: tuple[RunResult, RunResult]) -> None:

@@ -30,8 +30,7 @@ MOE = dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32)
 @pytest.fixture(scope="module")
 def mistral_runs(assets: Assets) -> tuple[RunResult, RunResult]:
     """(the tp2 run, a one-process run of the same recipe: the same single data rank)."""
-    model_dir = family_runs.build_tiny(assets.root / "tiny-mistral", "MistralConfig", **TINY)
-    return family_runs.tp_and_one_process_runs(assets, "mistral", model_dir)
+    return family_runs.tiny_tp_runs(assets, "mistral", "MistralConfig", **TINY)
 
 
 @pytest.fixture(scope="module")
