@@ -54,6 +54,8 @@ def test_megatron_fsdp_aliases_resolve_and_are_refused_until_the_trainer_runs_it
 ):
     hub_recipe["distributed"]["strategy"] = alias
     error = error_at(validate(hub_recipe), "distributed.strategy")
+    assert "megatron_fsdp runs on CUDA only" in error.msg and "fsdp2" in error.fix
+    error = error_at(validate(hub_recipe, accelerator="cuda"), "distributed.strategy")
     assert "'megatron_fsdp'" in error.msg and "not supported" in error.msg
 
 
