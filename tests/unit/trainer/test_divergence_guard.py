@@ -95,3 +95,26 @@ def test_scale_lr_scales_groups_and_the_schedule_base() -> None:
     optimizer.step()
     scheduler.step()
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+def test_rows_carry_the_datasets_id_column_and_a_capped_preview(tmp_path, tokenizer) -> None:
+    from trainer.data.datasets import JsonlInstructionDataset
+    from trainer.sample_log import PREVIEW_CHARS, preview_line
+
+    data = tmp_path / "rows.jsonl"
+    lines = [f'{{"id": "ex-{i}", "prompt": "Reverse {i} {i + 1}:", "completion": " {i + 1} {i}"}}'
+             for i in range(8)]  # fmt: skip
+    data.write_text("\n".join(lines) + "\n")
+    dataset = JsonlInstructionDataset(tokenizer, str(data))
+    sampler = ResumableBatchSampler(8, 2, 0, 1, shuffle=True, seed=1)
+    run = SimpleNamespace(train_loader=DataLoader(dataset, batch_sampler=sampler),
+                          tokenizer=tokenizer)  # fmt: skip
+    rows = StepRows(tmp_path, is_rank0=True).rows(run, [(0, 1)])
+    assert [r["id"] for r in rows] == [f"ex-{i}" for i in list(iter(sampler))[1]]
+    line = preview_line(run, rows[0])
+    assert line["id"] == rows[0]["id"] and line["tokens"] == len(
+        dataset[rows[0]["index"]]["input_ids"]
+    )
+    assert (
+        f"Reverse {rows[0]['index']}" in line["preview"] and len(line["preview"]) <= PREVIEW_CHARS
+    )
