@@ -25,6 +25,7 @@ def _run(model, tokenizer, model_kwargs: dict, root: Path, is_peft: bool) -> Sim
         recipe=SimpleNamespace(model=call),
         env=SimpleNamespace(is_rank0=True),
         is_peft=is_peft,
+        pipeline=None,  # not a pipeline-parallel run
         step=5,
         checkpoints=CheckpointManager(root, is_rank0=True),
     )
