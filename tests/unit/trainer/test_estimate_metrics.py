@@ -68,9 +68,9 @@ import torch
 from trainer import metrics
 metrics.mark_memory_baseline()
 before = metrics.peak_memory_bytes(torch.device("cpu"))
-block = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MiB, touched
+block = torch.ones(256 << 20, dtype=torch.uint8)  # 256 MiB, touched
 grown = metrics.peak_memory_bytes(torch.device("cpu"))
-assert grown - before >= 60 << 20, (before, grown)
+assert grown - before >= 192 << 20, (before, grown)  # the import peak may absorb some
 assert metrics.rank_peak_memory(torch.device("cpu")) == [metrics.peak_memory_bytes(torch.device("cpu"))]
 assert metrics.memory_gib(torch.device("cpu")) * 2**30 >= grown
 """
@@ -78,7 +78,7 @@ assert metrics.memory_gib(torch.device("cpu")) * 2**30 >= grown
 
 def test_peak_memory_is_growth_over_the_baseline():
     """In a fresh process: a peak is a high-water mark, so the suite's earlier tests would
-    hide a 64 MiB growth inside this process."""
+    hide a growth inside this process."""
     import subprocess
     import sys
 
