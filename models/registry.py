@@ -64,7 +64,9 @@ _DENSE_TP_CP = ModelCapabilities(
 # Sparse MoE: FSDP2, LoRA and expert parallelism; sparse layers have no TP plan.
 _MOE_EP = ModelCapabilities(supports_tp=False, supports_ep=True)
 # DeepSeek-V3: latent-attention TP (+ sequence parallel), expert parallelism, LoRA.
-_DEEPSEEK_V3 = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True, supports_ep=True)
+_DEEPSEEK_V3 = ModelCapabilities(
+    supports_tp=True, supports_sequence_parallel=True, supports_ep=True
+)
 
 _REGISTRY: dict[str, ArchEntry] = {}
 

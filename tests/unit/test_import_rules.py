@@ -49,7 +49,9 @@ def allow(module_level: set[str], lazy: set[str] = frozenset()) -> Allowed:
 
 ALLOWED: dict[str, Allowed] = {
     # models.common.flops: the torch-free weight counts and FLOPs (no torch import)
-    "jobs/recipe": allow({*PYDANTIC, "yaml", "jobs.recipe", "models.registry", "models.common.flops"}),
+    "jobs/recipe": allow(
+        {*PYDANTIC, "yaml", "jobs.recipe", "models.registry", "models.common.flops"}
+    ),
     "jobs/store": allow({"sqlalchemy", "jobs.store", *JOBS_RECIPE}, {"alembic"}),
     "jobs/orchestration": allow({"sqlalchemy", "jobs.orchestration", "jobs.store", *JOBS_RECIPE}),
     "jobs/broker.py": allow({"sqlalchemy", "jobs.store"}, {"celery", "kombu", "redis"}),

@@ -67,8 +67,12 @@ def main() -> int:
     if rank0:
         _append(
             events,
-            {"event": "resumed" if start else "started", "step": start, "timestamp": time.time(),
-             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
+            {
+                "event": "resumed" if start else "started",
+                "step": start,
+                "timestamp": time.time(),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            },
         )
     if attempt <= int(fake.get("crash_attempts", 0)):
         time.sleep(float(fake.get("crash_after_s", 0.2)))
