@@ -13,6 +13,7 @@ Every ending maps to an exit code of `jobs.recipe.exit_codes` and, on rank 0, to
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import sys
@@ -145,9 +146,11 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     exit_code = main()
-    # The run is over and its files are closed. Skip the interpreter's teardown: gloo's
-    # background threads can abort it ("terminate called without an active exception",
-    # SIGABRT) after a run that finished, which would turn a success into a crash.
+    # The run is over and its files are closed. Run the Python exit handlers, then skip the
+    # interpreter's teardown: destroying gloo's objects there can abort it ("terminate
+    # called without an active exception", SIGABRT) after a run that finished, which
+    # would turn a success into a crash.
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exit_code)

@@ -135,13 +135,25 @@ def mark_memory_baseline() -> None:
     _baseline["rss"] = _rss_bytes()
 
 
+def _peak_rss_bytes() -> int:
+    """This process's resident high-water mark. Linux's `VmHWM` belongs to the process's own
+    address space; `ru_maxrss` survives fork and exec, so a trainer started by a large
+    parent (a test runner, a worker) would report the parent's peak as its own."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
 def peak_memory_bytes(device: torch.device) -> int:
     """This rank's peak memory so far: CUDA `max_memory_allocated`, else the growth of the
-    process's peak resident set (`ru_maxrss`) over the baseline."""
+    process's peak resident set over the baseline."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    return max(0, peak - _baseline["rss"])
+    return max(0, _peak_rss_bytes() - _baseline["rss"])
 
 
 def memory_gib(device: torch.device) -> float:
