@@ -236,3 +236,29 @@ class ParallelPlan:
 
 
 DENSE_PLAN = ParallelPlan()
+
+
+class QKNormPlanMixin:
+    """For families that normalise each head of q and k (one `head_dim` weight shared by
+    all heads) on a (batch, seq, heads, head_dim) view between the projection and RoPE.
+
+    With q/k_proj colwise-sharded a rank holds only its local heads there, so a plain
+    replicated norm would compute the right outputs but only its own heads' share of the
+    weight gradient. The norms therefore run as `SequenceParallel` over the heads dimension:
+    the weight is a replicated DTensor and autograd sums its gradient over the tp ranks.
+    Put it before the family's base plan: `class Plan(QKNormPlanMixin, BasePlan)`.
+    """
+
+    shards_qk_norm: ClassVar[bool] = True
+    heads_dim: ClassVar[int] = 2
+
+    def tp_plan(self, model: nn.Module, sequence_parallel: bool = False) -> dict[str, Any]:
+        from torch.distributed.tensor.parallel import SequenceParallel
+
+        plan = super().tp_plan(model, sequence_parallel)  # type: ignore[misc]
+        layer = self.layer_pattern(model)  # type: ignore[attr-defined]
+        for name in ("q_norm", "k_norm"):
+            plan[f"{layer}.self_attn.{name}"] = SequenceParallel(
+                sequence_dim=self.heads_dim, use_local_output=True
+            )
+        return plan

@@ -4,10 +4,17 @@ success with live metrics, cancel, worker SIGKILL and takeover, Redis flush, two
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
-from worker_harness import events_of, insert_job, job_row, tiny_recipe, train_steps, wait_for
+from worker_harness import (
+    events_of,
+    insert_job,
+    job_row,
+    no_process_mentions,
+    tiny_recipe,
+    train_steps,
+    wait_for,
+)
 
 from worker import proctree
 
@@ -21,16 +28,6 @@ def _status(job_id: str) -> str:
 def _finished(job_id: str):
     row = job_row(job_id)
     return row if row.status in ("succeeded", "failed", "cancelled") else None
-
-
-def _no_process_mentions(run_dir: str) -> bool:
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if run_dir.encode() in cmdline.read_bytes():
-                return False
-        except OSError:
-            continue
-    return True
 
 
 def test_job_submitted_through_the_api_succeeds_with_live_metrics(ty_env, procs, tiny_assets):
@@ -76,7 +73,7 @@ def test_cancel_mid_run_ends_cancelled_with_no_process_left(project_id, procs, t
     row = wait_for(lambda: _finished(job_id), 15, "job to be cancelled", procs)
     assert row.status == "cancelled" and time.monotonic() - asked < 15
     assert not proctree.tagged_pids(job_id)
-    assert _no_process_mentions(row.run_dir)
+    assert no_process_mentions(row.run_dir)
 
 
 def test_worker_sigkill_mid_run_is_taken_over_and_resumes(project_id, procs, tiny_assets):

@@ -10,7 +10,15 @@ import time
 from pathlib import Path
 
 import pytest
-from worker_harness import events_of, insert_job, job_row, tiny_recipe, train_steps, wait_for
+from worker_harness import (
+    events_of,
+    insert_job,
+    job_row,
+    no_process_mentions,
+    tiny_recipe,
+    train_steps,
+    wait_for,
+)
 
 from worker.slurm import parse_job_record
 
@@ -50,16 +58,6 @@ def _slurm_state(slurm_id: str) -> str:
     return parse_job_record(done.stdout).get("JobState", "")
 
 
-def _no_process_mentions(run_dir: str) -> bool:
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if run_dir.encode() in cmdline.read_bytes():
-                return False
-        except OSError:
-            continue
-    return True
-
-
 def test_a_job_runs_through_sbatch_with_every_step_once(project_id, procs, tiny_assets):
     job_id = insert_job(project_id, tiny_recipe(tiny_assets, 30, checkpoint_every=15))
     procs.worker("slurm-w1", trainer=None, **SLURM_ENV)
@@ -88,9 +86,9 @@ def test_cancel_ends_cancelled_in_slurm_with_no_process_left(project_id, procs, 
     (slurm_id,) = _slurm_ids(job_id)
     assert _slurm_state(slurm_id) == "CANCELLED"
     deadline = time.monotonic() + 20
-    while not _no_process_mentions(row.run_dir) and time.monotonic() < deadline:
+    while not no_process_mentions(row.run_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _no_process_mentions(row.run_dir)
+    assert no_process_mentions(row.run_dir)
 
 
 def test_a_preemption_by_scancel_term_resumes_as_a_new_attempt(project_id, procs, tiny_assets):

@@ -403,3 +403,14 @@ class TcpProxy:
 
     def url(self, pg_url: str) -> str:
         return pg_url.replace("127.0.0.1:5432", f"127.0.0.1:{self.port}")
+
+
+def no_process_mentions(run_dir: str) -> bool:
+    """No live process has the run directory on its command line (nothing of it survived)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if run_dir.encode() in cmdline.read_bytes():
+                return False
+        except OSError:
+            continue
+    return True
