@@ -17,7 +17,7 @@ import json
 import signal
 
 import pytest
-from trainer_harness import Assets, RunResult, base_recipe, launch, launch_until
+from trainer_harness import Assets, RunResult, comparison_recipe, launch, launch_until
 
 pytestmark = pytest.mark.slow
 
@@ -26,14 +26,7 @@ MAX_STEPS = 12  # 8 steps per epoch: the run crosses an epoch boundary
 
 
 def hsdp_recipe(assets: Assets, distributed: dict, batch_size: int) -> dict:
-    return base_recipe(
-        assets,
-        distributed=distributed,
-        model={"attention_dropout": 0.0},
-        dataloader={"batch_size": batch_size},
-        step_scheduler={"max_steps": MAX_STEPS, "val_check_interval": 4, "checkpoint_interval": 4},
-        checkpoint={"keep_last": 2},
-    )
+    return comparison_recipe(assets, distributed, batch_size, MAX_STEPS)
 
 
 @pytest.fixture(scope="module")

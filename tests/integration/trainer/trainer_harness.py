@@ -264,3 +264,16 @@ def benchmark_recipe(assets: Assets, warmup: int, measured: int) -> dict[str, An
         },  # fmt: skip
         "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4},
     }
+
+
+def comparison_recipe(assets: Assets, distributed: dict, batch_size: int, max_steps: int) -> dict:
+    """A dropout-free run that validates and checkpoints every 4 steps: what a parallel
+    layout's run and its one-process reference share."""
+    return base_recipe(
+        assets,
+        distributed=distributed,
+        model={"attention_dropout": 0.0},
+        dataloader={"batch_size": batch_size},
+        step_scheduler={"max_steps": max_steps, "val_check_interval": 4, "checkpoint_interval": 4},
+        checkpoint={"keep_last": 2},
+    )
