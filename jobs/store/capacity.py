@@ -15,7 +15,7 @@ import statistics
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from jobs.store.status import JobStatus
@@ -48,7 +48,34 @@ def _flops_per_token(plan: dict[str, Any] | None) -> float | None:
 
 
 def queue_flops_per_rank(session: Session, queue: str) -> float | None:
-    """Measured FLOP/s per rank of the queue's recent succeeded jobs (median), or None."""
+    """Measured FLOP/s per rank of the queue's recent succeeded jobs (median), or None.
+
+    Asked on every submit, so it stays cheap: each job contributes the median of its last
+    `STEPS_PER_JOB` train steps (one indexed range read, however long the job ran), and
+    the answer is kept per queue until another of its jobs succeeds (one aggregate query
+    tells).
+    """
+    version = session.execute(
+        select(func.count(), func.max(Job.finished_at)).where(
+            Job.queue == queue, Job.status == JobStatus.SUCCEEDED.value
+        )
+    ).one()
+    key = (str(session.get_bind().url), queue)
+    cached = _RATE_CACHE.get(key)
+    if cached is not None and cached[0] == tuple(version):
+        return cached[1]
+    rate = _measured_rate(session, queue) if version[0] else None
+    if len(_RATE_CACHE) > 1024:
+        _RATE_CACHE.clear()
+    _RATE_CACHE[key] = (tuple(version), rate)
+    return rate
+
+
+STEPS_PER_JOB = 256
+_RATE_CACHE: dict[tuple[str, str], tuple[tuple[Any, ...], float | None]] = {}
+
+
+def _measured_rate(session: Session, queue: str) -> float | None:
     jobs = session.execute(
         select(Job.id, Job.plan)
         .where(Job.queue == queue, Job.status == JobStatus.SUCCEEDED.value)
@@ -61,10 +88,11 @@ def queue_flops_per_rank(session: Session, queue: str) -> float | None:
         if per_token is None:
             continue
         tps = session.execute(
-            select(Metric.tps_per_rank).where(
-                Metric.job_id == job_id, Metric.kind == "train", Metric.step > 1,
-                Metric.tps_per_rank.is_not(None),
-            )
+            select(Metric.tps_per_rank)
+            .where(Metric.job_id == job_id, Metric.kind == "train", Metric.step > 1,
+                   Metric.tps_per_rank.is_not(None))
+            .order_by(Metric.step.desc())
+            .limit(STEPS_PER_JOB)
         ).scalars().all()  # fmt: skip
         if tps:
             rates.append(per_token * statistics.median(tps))
