@@ -136,14 +136,11 @@ def estimate_inputs(
         vocab = int(config["vocab_size"])
     except CONFIG_ERRORS:
         return None
-    step, peft = recipe.get("step_scheduler") or {}, recipe.get("peft")
+    step, lora = recipe.get("step_scheduler") or {}, _lora_spec(recipe)
     params = sum(w.total for w in weights)
     experts = sum(w.total for w in weights if w.kind == "experts")
-    rank = int(peft.get("dim") or 8) if isinstance(peft, dict) else None
-    trainable = params
-    if rank is not None:
-        targets = None if peft.get("match_all_linear") else peft.get("target_modules")
-        trainable = lora_params(weights, rank, targets, peft.get("exclude_modules"))[0]
+    rank = lora[0] if lora else None
+    trainable = lora_params(weights, *lora)[0] if lora else params
     attn, mlp, layer = _widths(weights)
     param_bytes = _dtype_bytes(recipe.get("model") or {}, config)
     sizes = setup.sizes
