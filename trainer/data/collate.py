@@ -40,11 +40,7 @@ def _empty_row() -> Sample:
 
 def sample_labels(ids: list[int], mask: list[int]) -> list[int]:
     """One unpacked sample's shifted labels: the next token where it is a target."""
-    labels = [IGNORE] * len(ids)
-    for t in range(len(ids) - 1):
-        if mask[t + 1]:
-            labels[t] = ids[t + 1]
-    return labels
+    return shifted_labels(ids, mask, list(range(len(ids))))  # one sample: no boundary
 
 
 class PackedDataset(Dataset):
