@@ -65,9 +65,15 @@ def _exports(spec: LaunchSpec, cpus_per_task: int) -> dict[str, str]:
     return out
 
 
+def cpus_per_task(spec: LaunchSpec, config: WorkerConfig) -> int:
+    """One CPU per CPU rank; `slurm_cpus_per_gpu` per GPU rank."""
+    per_rank = config.slurm_cpus_per_gpu if spec.accelerator == "cuda" else 1
+    return spec.nproc_per_node * per_rank
+
+
 def sbatch_directives(spec: LaunchSpec, config: WorkerConfig, run_dir: Path) -> list[str]:
     cuda = spec.accelerator == "cuda"
-    cpus = spec.nproc_per_node * (config.slurm_cpus_per_gpu if cuda else 1)
+    cpus = cpus_per_task(spec, config)
     stem = run_dir / f"slurm-a{spec.attempt}"
     options = {
         "job-name": job_name(spec.job_id, spec.attempt),
@@ -94,9 +100,7 @@ def sbatch_directives(spec: LaunchSpec, config: WorkerConfig, run_dir: Path) -> 
 
 def batch_script(spec: LaunchSpec, config: WorkerConfig, run_dir: Path) -> str:
     """The whole sbatch script of one attempt."""
-    cuda = spec.accelerator == "cuda"
-    cpus = spec.nproc_per_node * (config.slurm_cpus_per_gpu if cuda else 1)
-    exports = _exports(spec, cpus)
+    exports = _exports(spec, cpus_per_task(spec, config))
     port = rendezvous_port(spec.job_id, spec.attempt)
     torchrun = [*torchrun_prefix(), "--nnodes", "$SLURM_NNODES",
                 "--nproc_per_node", str(spec.nproc_per_node), "--rdzv_backend", "c10d",

@@ -1,12 +1,12 @@
 """This worker process's identity, the resources it offers, and its heartbeat thread.
 
 The worker advertises its name, queues, host, GPU ids (from CUDA_VISIBLE_DEVICES or a
-torch-free `nvidia-smi -L` probe), the memory of one device (`probe_device_memory`: declared,
-or `nvidia-smi`; submit refuses a job whose estimate cannot fit it), CPU ranks, the
-optional packages it can import (a job
-that requires one is claimed only by a worker that has it), and the jobs it is running, into the
-`workers` table every `heartbeat_seconds`; the reconciler marks a worker whose heartbeat
-stops as lost.
+torch-free `nvidia-smi -L` probe) and how they are sliced between running jobs, the memory
+of one device (`probe_device_memory`: declared, or `nvidia-smi`; submit refuses a job whose
+estimate cannot fit it), CPU ranks, the optional packages it can import (a job that requires
+one is claimed only by a worker that has it), the jobs it is running and the stale messages
+it dropped, into the `workers` table every `heartbeat_seconds`; the reconciler marks a
+worker whose heartbeat stops as lost.
 """
 
 from __future__ import annotations

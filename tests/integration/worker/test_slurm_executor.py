@@ -123,3 +123,14 @@ def test_two_ranks_are_launched_through_srun(project_id, procs, tiny_assets):
     ).read_text()
     assert "torchrun" in (Path(row.run_dir) / "slurm-a1.sbatch").read_text()
     assert _slurm_state(_slurm_ids(job_id)[0]) == "COMPLETED", out
+
+
+def test_a_job_sbatch_refuses_fails_with_slurms_reason(project_id, procs, tiny_assets):
+    job_id = insert_job(project_id, tiny_recipe(tiny_assets, 5, checkpoint_every=5))
+    procs.worker("slurm-w1", trainer=None, TUNEYARD_WORKER_SLURM_PARTITION="no-such-partition",
+                 **SLURM_ENV)  # fmt: skip
+    row = wait_for(lambda: _finished(job_id), 60, "the refused job to settle", procs)
+    assert row.status == "failed", procs.logs()
+    failed = [e for e in events_of(job_id) if e.to_status == "failed"]
+    assert failed and "sbatch refused the job" in failed[0].message, [e.message for e in failed]
+    assert "partition" in failed[0].message.lower()
