@@ -15,7 +15,7 @@ a throughput: the one learned from the queue's finished jobs, else `DEFAULT_FLOP
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from jobs.recipe.distributed import DistributedSetup
@@ -299,7 +299,3 @@ def _basis(x: EstimateInputs, rate: float, learned: bool) -> dict[str, Any]:
         "throughput": source,
         "flops": "3 x forward matmuls (LoRA: 2 x base + 3 x adapters) + attention scores",
     }
-
-
-def with_changes(x: EstimateInputs, **changes: Any) -> EstimateInputs:
-    return replace(x, **changes)

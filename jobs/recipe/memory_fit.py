@@ -13,11 +13,12 @@ combination of all is offered too. The same fixes are in `plan.estimate.fit` for
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from jobs.recipe.errors import FieldError
-from jobs.recipe.estimate import MEMORY_MARGIN, EstimateInputs, memory_per_rank, with_changes
+from jobs.recipe.estimate import MEMORY_MARGIN, EstimateInputs, memory_per_rank
 
 UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
@@ -40,7 +41,8 @@ class Fix:
     inputs: EstimateInputs
     cost: int  # rank: lower is cheaper
 
-    def total(self) -> int:
+    @cached_property
+    def total(self) -> int:  # read several times while ranking
         return memory_per_rank(self.inputs)["total"]
 
 
@@ -48,20 +50,20 @@ def _candidates(x: EstimateInputs, supports_tp: bool) -> list[Fix]:
     fixes = []
     if not x.activation_checkpointing or x.activation_checkpointing == "selective":
         fixes.append(Fix("distributed.activation_checkpointing: true",
-                         with_changes(x, activation_checkpointing=True), 0))  # fmt: skip
+                         replace(x, activation_checkpointing=True), 0))  # fmt: skip
     if x.micro_batch > 1:
         half = x.micro_batch // 2
         fixes.append(Fix(f"dataloader.batch_size: {half} (grad_accumulation_steps doubles, "
-                         "same global batch)", with_changes(x, micro_batch=half), 1))  # fmt: skip
+                         "same global batch)", replace(x, micro_batch=half), 1))  # fmt: skip
     if x.strategy == "fsdp2":
         shards = x.dp_shard * 2
         fixes.append(Fix(f"twice the ranks: distributed.dp_shard_size: {shards}",
-                         with_changes(x, dp_shard=shards, world_size=x.world_size * 2), 2))  # fmt: skip
+                         replace(x, dp_shard=shards, world_size=x.world_size * 2), 2))  # fmt: skip
     if supports_tp and x.strategy == "fsdp2":
         fixes.append(Fix(f"distributed.tp_size: {x.tp * 2} (twice the ranks)",
-                         with_changes(x, tp=x.tp * 2, world_size=x.world_size * 2), 3))  # fmt: skip
+                         replace(x, tp=x.tp * 2, world_size=x.world_size * 2), 3))  # fmt: skip
     if x.lora_rank is None:  # every rank then loads the whole model
-        lora = with_changes(x, lora_rank=8, trainable=_lora_trainable(x), full_load=True)
+        lora = replace(x, lora_rank=8, trainable=_lora_trainable(x), full_load=True)
         fixes.append(Fix(f"peft: {ALL_LINEAR_LORA} (trains LoRA adapters only)", lora, 4))
     return fixes
 
@@ -76,14 +78,14 @@ def ranked_fixes(x: EstimateInputs, usable: int, supports_tp: bool) -> list[dict
     """Each fix that lowers the per-rank total, with its new total; those that fit first,
     then by cost."""
     now = memory_per_rank(x)["total"]
-    fixes = [f for f in _candidates(x, supports_tp) if f.total() < now]
-    if fixes and not any(f.total() <= usable for f in fixes):
+    fixes = [f for f in _candidates(x, supports_tp) if f.total < now]
+    if fixes and not any(f.total <= usable for f in fixes):
         combined = x
         for fix in fixes:
-            combined = with_changes(combined, **_diff(x, fix.inputs))
+            combined = replace(combined, **_diff(x, fix.inputs))
         fixes.append(Fix("all of: " + "; ".join(f.change for f in fixes), combined, 9))
-    fixes.sort(key=lambda f: (f.total() > usable, f.cost))
-    return [{"change": f.change, "total_bytes": f.total(), "fits": f.total() <= usable}
+    fixes.sort(key=lambda f: (f.total > usable, f.cost))
+    return [{"change": f.change, "total_bytes": f.total, "fits": f.total <= usable}
             for f in fixes]  # fmt: skip
 
 
