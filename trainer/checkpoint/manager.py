@@ -303,11 +303,18 @@ def save_optimizer(
     model: nn.Module, optimizer: Optimizer, scheduler: Any, out_dir: Path, flat: bool = False
 ) -> None:
     """The optimizer (and scheduler) state as DCP; `flat` under pipeline parallelism."""
+    dcp.save(_optimizer_state(model, optimizer, scheduler, flat), checkpoint_id=str(out_dir))
+
+
+def _optimizer_state(
+    model: nn.Module, optimizer: Optimizer, scheduler: Any, flat: bool = False
+) -> dict[str, Any]:
+    """What a save writes: the optimizer's state dict and the scheduler's, if any."""
     options = _state_options(flat)
     state = {"optimizer": get_optimizer_state_dict(model, optimizer, options=options)}
     if scheduler is not None:
         state["lr_scheduler"] = scheduler.state_dict()
-    dcp.save(state, checkpoint_id=str(out_dir))
+    return state
 
 
 def async_save_optimizer(
@@ -319,9 +326,7 @@ def async_save_optimizer(
     next optimizer step cannot change what is written; `process_group` (gloo) carries the
     save's own coordination, apart from training's collectives.
     """
-    state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
-    if scheduler is not None:
-        state["lr_scheduler"] = scheduler.state_dict()
+    state = _optimizer_state(model, optimizer, scheduler)
     return dcp.async_save(state, checkpoint_id=str(out_dir), process_group=process_group)
 
 
