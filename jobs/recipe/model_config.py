@@ -197,17 +197,14 @@ def estimate_param_count(config: dict[str, Any] | None) -> int | None:
         return None
 
 
+# Every size here depends on the model (the registry row's capabilities); what the trainer
+# cannot combine with each is jobs.recipe.trainer_support's and pipeline_rules'.
 _CAPABILITY_FIELDS = (
     ("tp_size", "supports_tp", "tensor parallelism"),
     ("pp_size", "supports_pp", "pipeline parallelism"),
     ("cp_size", "supports_cp", "context parallelism"),
     ("ep_size", "supports_ep", "expert parallelism"),
 )
-
-
-# Every size here depends on the model (the registry row's capabilities); what the trainer
-# cannot combine with each is jobs.recipe.trainer_support's and pipeline_rules'.
-_MODEL_PARALLEL_FIELDS = _CAPABILITY_FIELDS
 
 # The rope types the native attention computes (models.common.rope.SUPPORTED_ROPE_TYPES,
 # which imports torch; a test keeps the two equal). Others load the Hugging Face class.
@@ -346,7 +343,7 @@ def _unknown_architecture_errors(distributed: dict[str, Any]) -> list[FieldError
             f"{what} depends on the architecture, and the model's config.json is not readable here",
             fix.format(key=f"distributed.{key}"),
         )
-        for key, _, what in _MODEL_PARALLEL_FIELDS
+        for key, _, what in _CAPABILITY_FIELDS
         if int(distributed.get(key) or 1) > 1
     ]
 
@@ -363,7 +360,7 @@ def capability_errors(
         return _unknown_architecture_errors(distributed)
     caps: ModelCapabilities = capabilities_for(architecture)
     errors = []
-    for size_field, flag, what in _MODEL_PARALLEL_FIELDS:
+    for size_field, flag, what in _CAPABILITY_FIELDS:
         if int(distributed.get(size_field) or 1) > 1 and not getattr(caps, flag):
             errors.append(
                 FieldError(
