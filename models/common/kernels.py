@@ -32,6 +32,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from models.common.parallelize import _layers_prefix
+
 log = logging.getLogger(__name__)
 
 LIGER_MODULE = "liger_kernel.transformers"
@@ -256,11 +258,9 @@ def _hf_attn(model: nn.Module) -> str | None:
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The first `layers` ModuleList (native and Hugging Face causal LMs: model.layers)."""
-    for name, module in model.named_modules():
-        if name.rsplit(".", 1)[-1] == "layers" and isinstance(module, nn.ModuleList):
-            return list(module)
-    return []
+    """The decoder `layers` ModuleList the parallel plans use (empty when there is none)."""
+    found = _layers_prefix(model)
+    return list(found[1]) if found else []
 
 
 def _run_under_sdpa_kernel(module: nn.Module, backends: list[Any]) -> None:
