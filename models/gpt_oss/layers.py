@@ -27,7 +27,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.common.layers import Attention, RMSNorm, _repeat_kv
-from models.common.rope import apply_rotary
 from models.qwen3_moe.expert_parallel import (
     expert_parallel_forward,
     local_expert_output,
@@ -69,11 +68,7 @@ class GptOssAttention(Attention):
         if self.context_parallel is not None:
             raise ValueError("gpt-oss attention sinks have no context-parallel path")
         batch, seq = hidden_states.shape[:2]
-        shape = (batch, seq, -1, self.head_dim)  # -1: local heads under tensor parallelism
-        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)
-        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)
-        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
-        q, k = apply_rotary(q, k, *position_embeddings)
+        q, k, v = self.project_qkv(hidden_states, position_embeddings)
         groups = q.shape[1] // k.shape[1]
         k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
         allowed = causal_mask(seq, q.device) if attention_mask is None else attention_mask
