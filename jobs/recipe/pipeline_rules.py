@@ -32,7 +32,8 @@ _NATIVE_ATTENTION = (None, "sdpa", "eager")
 VIRTUAL_STAGES_PER_RANK = 2  # looped schedules without layers_per_stage
 
 
-def _size(distributed: dict[str, Any], key: str) -> int:
+def parallel_size(distributed: dict[str, Any], key: str) -> int:
+    """A parallel size of the distributed section; 1 when unset or not an int."""
     value = distributed.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
@@ -40,7 +41,7 @@ def _size(distributed: dict[str, Any], key: str) -> int:
 def pipeline_errors(recipe: dict[str, Any]) -> list[FieldError]:
     """Every reason the trainer cannot run this recipe's pipeline layout (none if pp 1)."""
     distributed = recipe.get("distributed") or {}
-    pp = _size(distributed, "pp_size")
+    pp = parallel_size(distributed, "pp_size")
     if pp == 1:
         return []
     config = distributed.get("pipeline") or {}
@@ -94,7 +95,7 @@ def _conflicts(recipe: dict[str, Any], distributed: dict[str, Any]) -> list[tupl
          f"strategy {distributed.get('strategy')!r} {NOT_WIRED} (stages are sharded with fsdp2)"),
         ("distributed.sequence_parallel", bool(distributed.get("sequence_parallel")),
          f"sequence parallelism {NOT_WIRED} (its activations would cross stages as DTensors)"),
-        ("distributed.ep_size", _size(distributed, "ep_size") > 1, f"expert parallelism {NOT_WIRED}"),
+        ("distributed.ep_size", parallel_size(distributed, "ep_size") > 1, f"expert parallelism {NOT_WIRED}"),
         ("peft", recipe.get("peft") is not None, f"LoRA {NOT_WIRED}"),
         ("recipe", recipe.get("recipe") == "llm_kd", f"distillation {NOT_WIRED}"),
         ("compile.enabled", bool((recipe.get("compile") or {}).get("enabled")),
@@ -150,7 +151,7 @@ def pipeline_config_errors(
     config: dict[str, Any] | None, distributed: dict[str, Any]
 ) -> list[FieldError]:
     """What the model's config.json rules out for the recipe's pipeline layout."""
-    pp = _size(distributed, "pp_size")
+    pp = parallel_size(distributed, "pp_size")
     if not config or pp == 1:
         return []
     errors = []

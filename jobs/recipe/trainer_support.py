@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.recipe.errors import FieldError
-from jobs.recipe.pipeline_rules import pipeline_errors
+from jobs.recipe.pipeline_rules import parallel_size, pipeline_errors
 
 BACKEND_OF = {"cuda": "nccl", "cpu": "gloo"}
 NOT_YET = "is not supported by tuneyard's trainer yet"
@@ -34,11 +34,6 @@ def check_trainer_support(recipe: dict[str, Any], accelerator: str) -> list[Fiel
     ]
 
 
-def _size(distributed: dict[str, Any], key: str) -> int:
-    value = distributed.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 1
-
-
 def _parallelism_errors(distributed: dict[str, Any], accelerator: str) -> list[FieldError]:
     errors: list[FieldError] = []
     strategy = distributed.get("strategy")
@@ -47,7 +42,7 @@ def _parallelism_errors(distributed: dict[str, Any], accelerator: str) -> list[F
     elif strategy not in (None, "fsdp2", "ddp"):
         msg = f"strategy {strategy!r} {NOT_YET}"
         errors.append(FieldError("distributed.strategy", msg, "use strategy: fsdp2 or ddp"))
-    if strategy == "ddp" and _size(distributed, "tp_size") > 1:
+    if strategy == "ddp" and parallel_size(distributed, "tp_size") > 1:
         msg = "DDP replicates whole models and cannot shard them for tensor parallelism"
         errors.append(FieldError("distributed.tp_size", msg, "use strategy: fsdp2 or tp_size: 1"))
     return errors
@@ -62,7 +57,7 @@ def _context_parallel_errors(
     FSDP2: the Hugging Face classes (no native attention) and distillation (the teacher
     would see a slice) are refused, and so are torch.compile and pipeline and expert
     parallelism, not yet proven with it (tensor parallelism, LoRA and packing are)."""
-    if _size(distributed, "cp_size") == 1:
+    if parallel_size(distributed, "cp_size") == 1:
         return []
     fix = "set distributed.cp_size: 1 or change {loc}"
     return [
@@ -86,7 +81,7 @@ def _context_parallel_conflicts(
          f"attn_implementation {attn!r} loads the Hugging Face class, {no_cp_attention}"),
         ("compile.enabled", bool((recipe.get("compile") or {}).get("enabled")),
          f"torch.compile with context parallelism {NOT_YET}"),
-        *[(f"distributed.{key}", _size(distributed, key) > 1, f"{what} with context parallelism {NOT_YET}")
+        *[(f"distributed.{key}", parallel_size(distributed, key) > 1, f"{what} with context parallelism {NOT_YET}")
           for key, what in (("pp_size", "pipeline parallelism"),
                             ("ep_size", "expert parallelism"))],
     ]  # fmt: skip
@@ -114,14 +109,14 @@ def _megatron_fsdp_error(accelerator: str) -> FieldError:
 
 def _expert_parallel_errors(distributed: dict[str, Any]) -> list[FieldError]:
     """Experts are spread over all data-parallel ranks: ep == dp, with tp 1 and no replicas."""
-    ep = _size(distributed, "ep_size")
+    ep = parallel_size(distributed, "ep_size")
     if ep == 1:
         return []
     if distributed.get("strategy") != "fsdp2":
         return [FieldError("distributed.ep_size", "expert parallelism needs strategy: fsdp2",
                            "set distributed.strategy: fsdp2 or ep_size: 1")]  # fmt: skip
-    dp, tp = distributed.get("dp_size"), _size(distributed, "tp_size")
-    replicate = _size(distributed, "dp_replicate_size")
+    dp, tp = distributed.get("dp_size"), parallel_size(distributed, "tp_size")
+    replicate = parallel_size(distributed, "dp_replicate_size")
     if tp == 1 and replicate == 1 and dp == ep:
         return []
     msg = (
@@ -136,14 +131,14 @@ def _peft_errors(peft: bool, distributed: dict[str, Any]) -> list[FieldError]:
     if not peft:
         return []
     errors = []
-    if _size(distributed, "tp_size") > 1:
+    if parallel_size(distributed, "tp_size") > 1:
         msg = f"LoRA with tensor parallelism {NOT_YET} (the adapters wrap the sharded projections)"
         errors.append(
             FieldError(
                 "distributed.tp_size", msg, "set distributed.tp_size: 1 or remove the peft section"
             )
         )
-    if _size(distributed, "ep_size") > 1:
+    if parallel_size(distributed, "ep_size") > 1:
         msg = "LoRA wraps the grouped expert tensors that expert parallelism spreads"
         errors.append(
             FieldError(
