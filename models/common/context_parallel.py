@@ -30,7 +30,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from models.common.layers import Attention, DecoderModel
+from models.common.layers import Attention, DecoderModel, _repeat_kv
 
 
 def sequence_indices(seq_len: int, rank: int, size: int, device: Any = None) -> torch.Tensor:
@@ -124,7 +124,7 @@ class ContextParallel:
         k_all, v_all = self.gather(torch.cat([k, v], dim=1)).split(k.shape[1], dim=1)
         groups = q.shape[1] // k.shape[1]
         if groups > 1:  # masked attention with grouped heads falls back to math kernels
-            k_all, v_all = _repeat_heads(k_all, groups), _repeat_heads(v_all, groups)
+            k_all, v_all = _repeat_kv(k_all, groups), _repeat_kv(v_all, groups)
         chunk = q.shape[2] // 2
         outputs = []
         for half, index in enumerate((self.rank, 2 * self.size - 1 - self.rank)):
@@ -155,11 +155,6 @@ class ContextParallel:
         docs = self.documents.to(device)
         same = docs[:, index * chunk : end, None] == docs[:, None, :end]
         return (mask & same)[:, None]
-
-
-def _repeat_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
-    batch, heads, seq, dim = x.shape
-    return x[:, :, None].expand(batch, heads, groups, seq, dim).reshape(batch, -1, seq, dim)
 
 
 def enable_context_parallel(model: nn.Module, group: Any) -> int:
