@@ -16,7 +16,7 @@ checkpoint back into an unsharded model, tensor by tensor.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,6 +113,31 @@ def _full_group(
     return dict(to_hf_group_tensors(model, {n: _full(tensors[n]) for n in group}))
 
 
+def write_shard_files(
+    model: nn.Module,
+    out_dir: Path,
+    tensors: dict[str, Any],
+    source: dict[str, tuple[str, ...]],
+    files: Iterable[tuple[str, list[TensorEntry]]],
+    writes: bool,
+) -> None:
+    """Gather the tensors file by file (every rank joins each gather, once per native
+    group); a rank that `writes` writes the files."""
+    gathered, converted = (), {}
+    for file_name, shard in files:
+        writer = SafetensorsFileWriter(out_dir / file_name, shard) if writes else None
+        for entry in shard:
+            group = source[entry.name]
+            if group != gathered:
+                converted = {}  # drop the previous full tensors before gathering the next
+                converted = _full_group(model, group, tensors)
+                gathered = group
+            if writer is not None:
+                writer.write(entry.name, converted[entry.name])
+        if writer is not None:
+            writer.close()
+
+
 def save_consolidated_model(
     model: nn.Module,
     out_dir: Path,
@@ -132,19 +157,8 @@ def save_consolidated_model(
     tensors = dict(items)
     if is_rank0:
         out_dir.mkdir(parents=True, exist_ok=True)
-    gathered, converted = (), {}
-    for file_name, shard in zip(shard_file_names(len(shards)), shards, strict=True):
-        writer = SafetensorsFileWriter(out_dir / file_name, shard) if is_rank0 else None
-        for entry in shard:
-            group = source[entry.name]
-            if group != gathered:  # every rank joins the gathers, once per native group
-                converted = {}  # drop the previous full tensors before gathering the next
-                converted = _full_group(model, group, tensors)
-                gathered = group
-            if writer is not None:
-                writer.write(entry.name, converted[entry.name])
-        if writer is not None:
-            writer.close()
+    files = zip(shard_file_names(len(shards)), shards, strict=True)
+    write_shard_files(model, out_dir, tensors, source, files, is_rank0)
     if is_rank0:
         write_index(out_dir, shards)
         _write_config(model, out_dir, entries, generation_config)

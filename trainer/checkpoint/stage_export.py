@@ -13,7 +13,6 @@ weights cross stage boundaries.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ import torch.distributed as dist
 from torch import nn
 
 from models.common.safetensors_io import (
-    SafetensorsFileWriter,
     TensorEntry,
     plan_shards,
     shard_file_names,
@@ -29,10 +27,10 @@ from models.common.safetensors_io import (
 )
 from trainer.checkpoint.consolidate import (
     DEFAULT_MAX_SHARD_BYTES,
-    _full_group,
     _hf_layout,
     _unique_state,
     _write_config,
+    write_shard_files,
 )
 from trainer.distributed import Topology, barrier
 
@@ -55,31 +53,6 @@ def is_stage_writer(topology: Topology) -> bool:
     """The one rank of each stage's ranks (dp rank 0, tp rank 0) that writes its files."""
     tp_rank = topology.mesh.get_local_rank("tp") if topology.tp_size > 1 else 0
     return topology.dp_rank == 0 and tp_rank == 0
-
-
-def _write_stage_files(
-    model: nn.Module,
-    out_dir: Path,
-    tensors: dict[str, Any],
-    source: dict[str, tuple[str, ...]],
-    files: Iterable[tuple[str, list[TensorEntry]]],
-    writes: bool,
-) -> None:
-    """Gather this stage's tensors file by file (every rank of the stage joins each gather);
-    the stage's writer writes them."""
-    for file_name, shard in files:
-        writer = SafetensorsFileWriter(out_dir / file_name, shard) if writes else None
-        gathered, converted = (), {}
-        for entry in shard:
-            group = source[entry.name]
-            if group != gathered:  # the stage's ranks gather each native group once
-                converted = {}
-                converted = _full_group(model, group, tensors)
-                gathered = group
-            if writer is not None:
-                writer.write(entry.name, converted[entry.name])
-        if writer is not None:
-            writer.close()
 
 
 def save_pipeline_model(
@@ -105,7 +78,7 @@ def save_pipeline_model(
     if is_rank0 or writes:
         out_dir.mkdir(parents=True, exist_ok=True)
     files = names[first : first + len(shards)]
-    _write_stage_files(model, out_dir, dict(items), source, zip(files, shards, strict=True), writes)
+    write_shard_files(model, out_dir, dict(items), source, zip(files, shards, strict=True), writes)
     if is_rank0:
         write_index(out_dir, all_shards)
         every_entry = [entry for shard in all_shards for entry in shard]
