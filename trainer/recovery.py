@@ -45,7 +45,7 @@ def _rows_env(name: str) -> set[int]:
 
 def spike_threshold(history: dict[int, float], step: int, factor: float, window: int) -> float:
     """factor x the median loss of steps [step - window, step); inf until the window is full."""
-    previous = [loss for s, loss in history.items() if step - window <= s < step]
+    previous = [history[s] for s in range(step - window, step) if s in history]  # O(window)
     if len(previous) < window:
         return math.inf
     return factor * statistics.median(previous)
