@@ -10,6 +10,7 @@ leaves the base weights untouched, and the saved adapter applied to transformers
 
 from __future__ import annotations
 
+import pytest
 import torch
 from family_checks import (
     assert_lora_trains_adapters_and_applies_to_hf,
@@ -47,3 +48,10 @@ def test_lora_trains_adapters_only_and_the_adapter_applies_to_transformers(tmp_p
 def test_registry_row_agrees_with_the_class():
     entry, cls = assert_registry_row_agrees("GptOssForCausalLM", "gpt_oss", "gpt_oss")
     assert cls is GptOssForCausalLM and entry.tie_support is TieSupport.UNTIED_ONLY
+
+
+def test_context_parallel_is_refused_by_the_attention():
+    model = AutoModelForCausalLM.from_config(tiny_config())
+    model.model.layers[0].self_attn.context_parallel = object()
+    with pytest.raises(ValueError, match="no context-parallel path"):
+        model(input_ids=torch.randint(1, VOCAB, (1, 8)))
