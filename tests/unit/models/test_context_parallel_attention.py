@@ -18,6 +18,7 @@ import torch
 from gloo_cases import assert_cases_pass_on_two_ranks
 
 from models.common.context_parallel import (
+    ContextParallel,
     _to_global_order,
     _to_rank_order,
     enable_context_parallel,
@@ -53,6 +54,21 @@ def test_sliding_window_layers_are_refused():
     layer.sliding_window = 8
     with pytest.raises(ValueError, match="sliding windows"):
         enable_context_parallel(torch.nn.Sequential(layer), group=None)
+
+
+def test_native_attention_outside_the_decoder_stack_is_refused():
+    from transformers import LlamaConfig
+
+    from models.common.layers import Attention
+
+    config = LlamaConfig(hidden_size=16, num_attention_heads=2, num_key_value_heads=2)
+    with pytest.raises(ValueError, match="common decoder stack only"):
+        enable_context_parallel(torch.nn.Sequential(Attention(config)), group=None)
+
+
+def test_a_forward_without_position_ids_is_refused():
+    with pytest.raises(ValueError, match="needs position_ids"):
+        ContextParallel(group=None, rank=0, size=2).observe(None)
 
 
 CASES = [
