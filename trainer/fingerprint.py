@@ -105,17 +105,14 @@ def probe_loss(run: Any) -> float | None:
     """Loss per label token of the probe batch; None under pipeline parallelism."""
     if run.pipeline is not None:
         return None
+    from trainer.finetune import forward_logits  # finetune imports this module
+
     rng = capture_rng()
     was_training = run.model.training
     run.model.train(False)
     try:
         batch = shard_batch(probe_batch(run), run.topology)
-        inputs = {
-            k: batch[k].to(run.env.device)
-            for k in ("input_ids", "attention_mask", "position_ids")
-            if k in batch
-        }
-        logits = run.forward_model(**inputs, use_cache=False).logits
+        logits = forward_logits(run, batch)
         target = batch["labels"].to(run.env.device)
         loss_sum = float(token_loss_sum(run.loss_fn, logits, target))
         labels = int((batch["labels"] != -100).sum())
