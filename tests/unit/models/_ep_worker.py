@@ -59,8 +59,9 @@ def _full(tensor):
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-def check_hooks(build=build_pair, expert_tensors: int = 6) -> None:
-    """`expert_tensors`: how many `[E, ...]` tensors the model's layers hold in all."""
+def check_hooks(build=build_pair, expert_tensors: int = 6, local_experts: int = 2) -> None:
+    """`expert_tensors`: how many `[E, ...]` tensors the model's layers hold in all;
+    `local_experts`: how many experts each of the two ranks keeps."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from models.hooks import apply_expert_parallel
@@ -69,7 +70,8 @@ def check_hooks(build=build_pair, expert_tensors: int = 6) -> None:
     rank, data = dist.get_rank(), batches()
     ref_logits, ref_loss, ref_grads, total = reference_grads(reference, data, 1.0)
     params = apply_expert_parallel(ep_model, init_device_mesh("cpu", (2,)))
-    assert len(params) == expert_tensors and all(p.to_local().shape[0] == 2 for p in params)
+    assert len(params) == expert_tensors
+    assert all(p.to_local().shape[0] == local_experts for p in params)
     logits = ep_model(input_ids=data[rank]).logits
     torch.testing.assert_close(logits, ref_logits[rank], atol=1e-5, rtol=1e-5)
     loss = ce_sum(logits, data[rank]) / total
