@@ -216,14 +216,27 @@ class DecoderModel(nn.Module):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids or inputs_embeds")
         hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
-        batch, seq = hidden.shape[:2]
-        masks = layer_attention_masks(self.layers, attention_mask, position_ids, hidden)
-        if position_ids is None:
-            position_ids = torch.arange(seq, device=hidden.device).unsqueeze(0).expand(batch, -1)
-        position_embeddings = self.rotary_emb(hidden, position_ids)
-        for layer, mask in zip(self.layers, masks, strict=True):
-            hidden = layer(hidden, position_embeddings=position_embeddings, attention_mask=mask)
+        hidden = run_layers(self.layers, self.rotary_emb, hidden, attention_mask, position_ids)
         return self.norm(hidden)
+
+
+def run_layers(
+    layers: Any,
+    rotary_emb: nn.Module,
+    hidden: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+) -> torch.Tensor:
+    """`hidden` through `layers`, each with its attention mask and one shared RoPE
+    (position ids 0..seq-1 when not given)."""
+    batch, seq = hidden.shape[:2]
+    masks = layer_attention_masks(layers, attention_mask, position_ids, hidden)
+    if position_ids is None:
+        position_ids = torch.arange(seq, device=hidden.device).unsqueeze(0).expand(batch, -1)
+    position_embeddings = rotary_emb(hidden, position_ids)
+    for layer, mask in zip(layers, masks, strict=True):
+        hidden = layer(hidden, position_embeddings=position_embeddings, attention_mask=mask)
+    return hidden
 
 
 def layer_attention_masks(

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from models.common.layers import DecoderModel, layer_attention_masks
+from models.common.layers import DecoderModel, run_layers
 
 
 class StageLayers(nn.ModuleList):
@@ -113,13 +113,7 @@ class StageModule(nn.Module):
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         hidden = self.embed_tokens(inputs) if self.embed_tokens is not None else inputs
-        batch, seq = hidden.shape[:2]
-        masks = layer_attention_masks(self.layers, attention_mask, position_ids, hidden)
-        if position_ids is None:
-            position_ids = torch.arange(seq, device=hidden.device).unsqueeze(0).expand(batch, -1)
-        position_embeddings = self.rotary_emb(hidden, position_ids)
-        for layer, mask in zip(self.layers, masks, strict=True):
-            hidden = layer(hidden, position_embeddings=position_embeddings, attention_mask=mask)
+        hidden = run_layers(self.layers, self.rotary_emb, hidden, attention_mask, position_ids)
         if self.norm is not None:
             hidden = self.norm(hidden)
         return self.lm_head(hidden) if self.lm_head is not None else hidden
