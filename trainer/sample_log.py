@@ -70,7 +70,9 @@ class StepRows:
         for micro, (epoch, number) in enumerate(positions):
             order = self._epoch_order(sampler, epoch)
             for dp_rank in range(dp):
-                for index in order[dp_rank::dp][number * size : (number + 1) * size]:
+                # order[dp_rank::dp][number * size : (number + 1) * size], without the copy
+                first, stop = dp_rank + number * size * dp, dp_rank + (number + 1) * size * dp
+                for index in order[first:stop:dp]:
                     row = {"index": index, "dp_rank": dp_rank, "micro_batch": micro}
                     if row_ids is not None:
                         row["id"] = row_ids[index]
