@@ -71,7 +71,8 @@ before = metrics.peak_memory_bytes(torch.device("cpu"))
 block = torch.ones(256 << 20, dtype=torch.uint8)  # 256 MiB, touched
 grown = metrics.peak_memory_bytes(torch.device("cpu"))
 assert grown - before >= 192 << 20, (before, grown)  # the import peak may absorb some
-assert metrics.rank_peak_memory(torch.device("cpu")) == [metrics.peak_memory_bytes(torch.device("cpu"))]
+(ranked,) = metrics.rank_peak_memory(torch.device("cpu"))  # one rank: its own peak
+assert grown <= ranked <= metrics.peak_memory_bytes(torch.device("cpu"))  # a high-water mark only rises
 assert metrics.memory_gib(torch.device("cpu")) * 2**30 >= grown
 """
 
