@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.errors import ApiError
 from api.limits import BoundedJsonRoute
 from jobs.store.api_keys import Principal, default_principal, verify_key
+from jobs.store.capacity import CapacityCache
 from jobs.store.settings import Settings
 
 bearer = HTTPBearer(auto_error=False, description="An API key from `tuneyard keys create`.")
@@ -87,10 +88,12 @@ def end_read(session: Session) -> None:
         session.commit()
 
 
-def _verify(session: Session, raw_key: str) -> Principal | None:
-    """The key's principal, in no transaction the request keeps: the route runs in another
-    threadpool slot, and a connection held while a request waits for one could starve the
-    pool. On PostgreSQL one autocommit query (no BEGIN, no COMMIT)."""
+def _verify(session: Session, raw_key: str, shared: bool = False) -> Principal | None:
+    """The key's principal. `shared`: the caller does all its work in this one threadpool
+    call, so on PostgreSQL the lookup is the first read of the session's own transaction
+    (one connection, no extra checkout). Otherwise in no transaction the request keeps: the
+    route runs in another threadpool slot, and a connection held while a request waits for
+    one could starve the pool; on PostgreSQL one autocommit query (no BEGIN, no COMMIT)."""
     bind = session.get_bind()
     if isinstance(bind, Connection):  # a `read_session`: already one autocommit connection
         return verify_key(session, raw_key)
@@ -98,27 +101,49 @@ def _verify(session: Session, raw_key: str) -> Principal | None:
         principal = verify_key(session, raw_key)
         session.commit()
         return principal
+    if shared:
+        return verify_key(session, raw_key)
     with bind.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
         with Session(bind=conn) as lookup:
             return verify_key(lookup, raw_key)
 
 
-def get_principal(settings: SettingsDep, session: SessionDep, creds: Credentials) -> Principal:
-    """The caller (401 for a missing, unknown or revoked key)."""
+def _principal(
+    settings: Settings, session: Session, creds: HTTPAuthorizationCredentials | None,
+    shared: bool = False,
+) -> Principal:  # fmt: skip
     if not settings.auth_enabled:
         principal = default_principal(session)
         session.commit()  # it may have created the default project
         return principal
     if creds is None or creds.scheme.lower() != "bearer":
         raise ApiError(401, "unauthorized", "send `Authorization: Bearer <api key>`")
-    principal = _verify(session, creds.credentials)
+    principal = _verify(session, creds.credentials, shared)
     if principal is None:
         raise ApiError(401, "unauthorized", "unknown or revoked API key")
     return principal
 
 
+def get_principal(settings: SettingsDep, session: SessionDep, creds: Credentials) -> Principal:
+    """The caller (401 for a missing, unknown or revoked key)."""
+    return _principal(settings, session, creds)
+
+
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
+
+
+async def presented_key(
+    settings: SettingsDep, creds: Credentials
+) -> HTTPAuthorizationCredentials | None:
+    """The bearer credentials, 401 at once when auth is on and none were sent (before the
+    body is read), for routes that verify the key inside their own threadpool call."""
+    if settings.auth_enabled and (creds is None or creds.scheme.lower() != "bearer"):
+        raise ApiError(401, "unauthorized", "send `Authorization: Bearer <api key>`")
+    return creds
+
+
+PresentedKey = Annotated[HTTPAuthorizationCredentials | None, Depends(presented_key)]
 
 
 @contextlib.contextmanager
@@ -142,12 +167,20 @@ def principal_with_role(
     settings: Settings, session: Session, creds: HTTPAuthorizationCredentials | None, role: str
 ) -> Principal:
     """`get_principal` and `require(role)` as one call, for routes resolving the caller in
-    the same threadpool call as their reads (one hop instead of two)."""
-    principal = get_principal(settings, session, creds)
+    the same threadpool call as their reads and writes (one hop instead of two, and on
+    PostgreSQL the key lookup shares the route's connection)."""
+    principal = _principal(settings, session, creds, shared=True)
     if not principal.can(role):
         raise ApiError(403, "forbidden", f"this key's role '{principal.role}' cannot do "
                        f"this; it needs '{role}' or higher")  # fmt: skip
     return principal
+
+
+async def get_capacity(request: Request) -> CapacityCache:
+    return request.app.state.capacity
+
+
+CapacityDep = Annotated[CapacityCache, Depends(get_capacity)]
 
 
 def require(role: str) -> Callable[[Principal], Awaitable[Principal]]:

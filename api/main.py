@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import sessionmaker
@@ -26,6 +27,7 @@ from api.prometheus import MetricsMiddleware
 from api.routes import jobs, projects, steps, system, telemetry
 from api.tracing import install_tracing
 from jobs.broker import connect_broker
+from jobs.store.capacity import CapacityCache
 from jobs.store.engine import database_url, get_engine
 from jobs.store.settings import Settings, get_settings
 
@@ -76,6 +78,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Import and connect the broker client here, once, before any request thread can
         # race on its first import; /readyz reports what this found.
         app.state.broker_at_startup = connect_broker(settings)
+        # Sync routes run in anyio's threadpool; past a few threads per core they only
+        # queue on the GIL, each request's latency growing with every thread it shares the
+        # GIL with. Waiting in the limiter's FIFO instead keeps the tail near the median.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = max(1, settings.api_threads)
         yield
 
     app = FastAPI(title="tuneyard", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
@@ -83,6 +89,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.broker_at_startup = "not connected yet"
     app.state.session_factory = sessionmaker(bind=get_engine(settings), expire_on_commit=False)
+    app.state.capacity = CapacityCache(settings.capacity_cache_seconds,
+                                       settings.worker_live_seconds)  # fmt: skip
     install_error_handlers(app)
     # Inside the metrics middleware, so a refused body still counts as a 413.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

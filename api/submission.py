@@ -4,8 +4,9 @@ Validation is `jobs.recipe.validation.validate_job`, the same code `tuneyard val
 given the caller's project as a `JobScope` (its jobs, from the database); its FieldErrors
 become the 422 body. The queue's capacity goes in too: the device memory its live workers
 advertise (a job whose estimate cannot fit is refused at `distributed`) and the throughput
-its finished jobs measured (the estimate's time). A submit is one transaction: the job, its
-`submitted` event and its dispatch mark are committed together, and the broker hears the id after that commit. When
+its finished jobs measured (the estimate's time), kept a few seconds per queue by the
+app's `CapacityCache`. A submit is one transaction: the job, its `submitted` event and its
+dispatch mark are committed together, and the broker hears the id after that commit. When
 the broker refuses, the job stays `queued` and the reconciler sends it again once its
 grace window has passed.
 """
@@ -30,7 +31,7 @@ from jobs.recipe.scope import JobScope
 from jobs.recipe.validation import validate_job
 from jobs.store import queries as store
 from jobs.store.api_keys import Principal
-from jobs.store.capacity import queue_device_memory, queue_flops_per_rank
+from jobs.store.capacity import CapacityCache
 from jobs.store.leases import live_worker_packages
 from jobs.store.settings import Settings
 from jobs.store.tables import Job, utcnow
@@ -117,8 +118,9 @@ def project_scope(session: Session, principal: Principal) -> JobScope:
 
 
 def check_request(
-    body: JobCreate, settings: Settings, principal: Principal, session: Session
-) -> Validated:
+    body: JobCreate, settings: Settings, principal: Principal, session: Session,
+    capacity: CapacityCache,
+) -> Validated:  # fmt: skip
     """Run every check; returns what to store, or raises InvalidRequest.
 
     The principal brings its project's remote-code grant (the operator's is in `settings`)
@@ -135,7 +137,8 @@ def check_request(
     resources = body.resources.model_dump()
     grant, scope = principal.allow_remote_code, project_scope(session, principal)
     queue = queue_for(resources)
-    memory, rate = queue_capacity(session, queue, settings)
+    memory, rate = capacity.get(session, queue)
+    end_read(session)
     result = validate_job(
         _recipe_input(body), body.overrides, resources, settings, grant, scope=scope,
         device_memory=memory, flops_per_rank=rate,
@@ -144,18 +147,6 @@ def check_request(
         raise InvalidRequest(result.errors or [FieldError("recipe", "invalid", "")])
     plan = _with_worker_check(result.plan, queue, session, settings)
     return Validated(result.recipe, plan, resources, queue, spec)
-
-
-def queue_capacity(
-    session: Session, queue: str, settings: Settings
-) -> tuple[int | None, float | None]:
-    """The device memory the queue's live workers advertise (the smallest) and the FLOP/s
-    per rank its finished jobs measured; the read transaction ends before validation."""
-    fresh_after = utcnow() - timedelta(seconds=settings.worker_live_seconds)
-    memory = queue_device_memory(session, queue, fresh_after)
-    rate = queue_flops_per_rank(session, queue)
-    end_read(session)
-    return memory, rate
 
 
 def _with_worker_check(

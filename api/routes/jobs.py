@@ -9,7 +9,16 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 
-from api.deps import Reader, ReleasingRoute, SessionDep, SettingsDep, Submitter
+from api.deps import (
+    CapacityDep,
+    PresentedKey,
+    Reader,
+    ReleasingRoute,
+    SessionDep,
+    SettingsDep,
+    Submitter,
+    principal_with_role,
+)
 from api.errors import ApiError, InvalidRequest, not_found
 from api.pages import CURSOR_DOC, numeric_cursor
 from api.schemas import (
@@ -104,9 +113,10 @@ def find_job(session: SessionDep, principal: Principal, job_id: str) -> Job:
 def create_job(
     body: JobCreate,
     response: Response,
-    principal: Submitter,
+    creds: PresentedKey,
     session: SessionDep,
     settings: SettingsDep,
+    capacity: CapacityDep,
     idempotency_key: Annotated[
         str | None,
         Header(alias="Idempotency-Key", min_length=1, max_length=255,
@@ -117,7 +127,9 @@ def create_job(
 
     A retry with a known Idempotency-Key and the same body answers the stored job first,
     without validating again: a job accepted once stays accepted (its data may have moved).
+    Everything runs in this one threadpool call, the key lookup included.
     """
+    principal = principal_with_role(settings, session, creds, "submit")
     try:
         replayed = replayed_job(session, principal, idempotency_key, body)
     except store.IdempotencyConflict as exc:
@@ -125,7 +137,7 @@ def create_job(
     if replayed is not None:
         response.status_code = 200
         return job_public(replayed, principal.project_name)
-    checked = check_request(body, settings, principal, session)
+    checked = check_request(body, settings, principal, session, capacity)
     try:
         job, created = store.create_job(
             session, principal.project_id, new_job(body, checked, idempotency_key),
@@ -147,10 +159,12 @@ def create_job(
     responses={**INVALID, **AUTH_ERRORS},
 )
 def validate_job(
-    body: JobCreate, principal: Submitter, session: SessionDep, settings: SettingsDep
-) -> ValidateOut:
+    body: JobCreate, creds: PresentedKey, session: SessionDep, settings: SettingsDep,
+    capacity: CapacityDep,
+) -> ValidateOut:  # fmt: skip
     """The same checks as submit; answers the plan, or 422 with every field error."""
-    checked = check_request(body, settings, principal, session)
+    principal = principal_with_role(settings, session, creds, "submit")
+    checked = check_request(body, settings, principal, session, capacity)
     return ValidateOut(valid=True, errors=[], warnings=checked.plan.get("warnings") or [],
                        plan=checked.plan, recipe=checked.recipe, queue=checked.queue)  # fmt: skip
 

@@ -338,9 +338,16 @@ def recipe_sections(stored: dict[str, Any]) -> dict[str, Any]:
 def _dump(value: Any) -> Any:
     if isinstance(value, TargetCall):
         return value.to_json()
-    if dataclasses.is_dataclass(value):
-        return {f.name: _dump(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    return value
+    names = _field_names(type(value))
+    if names is None:
+        return value
+    return {name: _dump(getattr(value, name)) for name in names}
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """A dataclass's field names (None for any other type): asked for every value dumped."""
+    return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
 
 
 @cache
@@ -359,15 +366,23 @@ def _dataclass_of(hint: Any) -> type | None:
     return None
 
 
+@cache
+def _load_plan(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
+    """(name, has a default, the dataclass it holds) per field, worked out once per class."""
+    hints = _hints(cls)
+    return tuple((f.name, f.default is not dataclasses.MISSING, _dataclass_of(hints[f.name]))
+                 for f in dataclasses.fields(cls))  # fmt: skip
+
+
 def _load(cls: type, data: dict[str, Any], where: str) -> Any:
     if cls is TargetCall:
         return TargetCall.from_json(data)
     values = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data and f.default is not dataclasses.MISSING:
-            continue  # a field added later with the value older recipes meant (its default)
-        if f.name not in data:
-            raise KeyError(f"{where}{f.name}")
-        raw, inner = data[f.name], _dataclass_of(_hints(cls)[f.name])
-        values[f.name] = raw if inner is None or raw is None else _load(inner, raw, f"{f.name}.")
+    for name, has_default, inner in _load_plan(cls):
+        if name not in data:
+            if has_default:
+                continue  # a field added later with the value older recipes meant (its default)
+            raise KeyError(f"{where}{name}")
+        raw = data[name]
+        values[name] = raw if inner is None or raw is None else _load(inner, raw, f"{name}.")
     return cls(**values)

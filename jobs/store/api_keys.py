@@ -12,7 +12,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -82,19 +82,29 @@ def create_api_key(session: Session, project_name: str, role: str) -> tuple[ApiK
     return key, raw
 
 
+# Columns, not entities: every request asks, and the answer needs no ORM identity.
+_KEY_LOOKUP = (
+    select(
+        ApiKey.project_id,
+        ApiKey.role,
+        ApiKey.id,
+        ApiKey.revoked_at,
+        Project.name,
+        Project.allow_remote_code,
+    )
+    .join(Project, Project.id == ApiKey.project_id)
+    .where(ApiKey.key_hash == bindparam("key_hash"))
+)
+
+
 def verify_key(session: Session, raw_key: str) -> Principal | None:
     """The principal for a presented key, or None if unknown or revoked."""
     if not raw_key.startswith(KEY_PREFIX):
         return None
-    row = session.execute(
-        select(ApiKey, Project.name, Project.allow_remote_code)
-        .join(Project, Project.id == ApiKey.project_id)
-        .where(ApiKey.key_hash == hash_key(raw_key))
-    ).first()
-    if row is None or row[0].revoked_at is not None:
+    row = session.execute(_KEY_LOOKUP, {"key_hash": hash_key(raw_key)}).first()
+    if row is None or row.revoked_at is not None:
         return None
-    key, project_name, remote_code = row
-    return Principal(key.project_id, project_name, key.role, key.id, bool(remote_code))
+    return Principal(row.project_id, row.name, row.role, row.id, bool(row.allow_remote_code))
 
 
 def revoke_api_key(session: Session, key_id: int) -> bool:

@@ -7,19 +7,22 @@ throughput the queue has shown: for each of its last succeeded jobs, the median 
 tokens/s per rank of its train steps (the first step, which pays for warm-up, left out)
 times the FLOPs per token its plan estimated; the median over those jobs. None when the
 queue has no live worker that says its memory, or no finished job to learn from.
+`CapacityCache` keeps both per queue for a few seconds: the API asks on every submit.
 """
 
 from __future__ import annotations
 
 import statistics
-from datetime import datetime
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from jobs.store.status import JobStatus
-from jobs.store.tables import Job, Metric, Worker
+from jobs.store.tables import Job, Metric, Worker, utcnow
 
 LEARN_FROM_JOBS = 20  # the most recent succeeded jobs of a queue
 
@@ -97,3 +100,32 @@ def _measured_rate(session: Session, queue: str) -> float | None:
         if tps:
             rates.append(per_token * statistics.median(tps))
     return statistics.median(rates) if rates else None
+
+
+class CapacityCache:
+    """`(queue_device_memory, queue_flops_per_rank)` per queue, read at most once per `ttl`
+    seconds. Both change only when a worker joins, leaves or re-advertises, or a job of the
+    queue succeeds; a submit sees such a change at most `ttl` seconds late, and the reads
+    (a scan of the live workers, an aggregate over the queue's succeeded jobs) leave the
+    submit path. `ttl <= 0` reads every time."""
+
+    MAX_QUEUES = 1024
+
+    def __init__(
+        self, ttl: float, live_seconds: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ttl, self.live_seconds, self._clock = ttl, live_seconds, clock
+        self._entries: dict[str, tuple[float, tuple[int | None, float | None]]] = {}
+
+    def get(self, session: Session, queue: str) -> tuple[int | None, float | None]:
+        now = self._clock()
+        hit = self._entries.get(queue)
+        if hit is not None and now - hit[0] < self.ttl:
+            return hit[1]
+        fresh_after = utcnow() - timedelta(seconds=self.live_seconds)
+        value = (queue_device_memory(session, queue, fresh_after),
+                 queue_flops_per_rank(session, queue))  # fmt: skip
+        if len(self._entries) >= self.MAX_QUEUES:
+            self._entries.clear()
+        self._entries[queue] = (now, value)
+        return value

@@ -3,7 +3,9 @@
 `Settings` extends the recipe settings (home, runs directory, allowed roots) with what only
 the API, worker and scheduler read: which database and broker they talk to, whether API
 keys are required, the largest request body the API reads (`TUNEYARD_MAX_BODY_BYTES`), and
-how fresh a worker's heartbeat must be to count as live (`TUNEYARD_WORKER_LIVE_SECONDS`).
+how fresh a worker's heartbeat must be to count as live (`TUNEYARD_WORKER_LIVE_SECONDS`),
+how long a queue's capacity is kept between reads (`TUNEYARD_CAPACITY_CACHE_SECONDS`)
+and how many threads run the API's sync routes (`TUNEYARD_API_THREADS`).
 The embedded default (no PostgreSQL, no Redis) keeps everything in a SQLite file under the
 home directory.
 """
@@ -27,6 +29,12 @@ class Settings(RecipeSettings):
     max_body_bytes: int = 1 << 20
     # A worker whose heartbeat is older is not asked whether it has a job's packages.
     worker_live_seconds: float = 30.0
+    # How long the API keeps a queue's capacity (its workers' device memory, its measured
+    # throughput) between reads; a new worker or a finished job shows up this much later.
+    capacity_cache_seconds: float = 2.0
+    # Threads the API runs its sync routes on (anyio's default is 40); the database pool
+    # (10 + 30 overflow) covers them.
+    api_threads: int = 16
 
     @property
     def resolved_database_url(self) -> str:

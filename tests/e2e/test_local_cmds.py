@@ -41,21 +41,21 @@ def test_up_serves_without_a_key_and_stops_every_child_on_sigterm(tmp_path, tune
     up = subprocess.Popen([*tuneyard, "up", "--port", str(port)], cwd=tmp_path,
                           env=embedded_env(tmp_path / "home"), text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    seen: list[str] = []
     try:
         url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
+        # `up` announces itself once its own readiness poll sees the API: wait for that
+        # line, or a SIGTERM sent between our poll and its poll finds nothing announced.
+        while time.monotonic() < deadline and not any("tuneyard is up" in s for s in seen):
+            seen.append(up.stdout.readline())
+            assert seen[-1] or up.poll() is None, "".join(seen)
         assert httpx.get(f"{url}/v1/jobs").json()["data"] == []
         assert "/static/js/app.js" in httpx.get(f"{url}/jobs/any-id").text
         children = psutil.Process(up.pid).children(recursive=True)
         assert len(children) >= 3  # api, worker, scheduler
     finally:
         up.send_signal(signal.SIGTERM)
-        output = up.communicate(timeout=60)[0]
+        output = "".join(seen) + up.communicate(timeout=60)[0]
     assert up.returncode == 0, output
     assert "auth is OFF" in output and f"dashboard and API at {url}" in output
     gone, alive = psutil.wait_procs(children, timeout=10)

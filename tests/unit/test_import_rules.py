@@ -60,6 +60,7 @@ ALLOWED: dict[str, Allowed] = {
         {
             "fastapi",
             "starlette",
+            "anyio",  # starlette's threadpool: the API sizes it at start-up
             *PYDANTIC,
             "sqlalchemy",
             "yaml",

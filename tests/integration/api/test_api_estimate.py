@@ -28,6 +28,15 @@ def gpu_queue(stack) -> Iterator[tuple[int, str]]:
         session.commit()
 
 
+@pytest.fixture(autouse=True)
+def capacity_read_every_submit(stack):
+    """These tests change a queue's workers and jobs between submits: no kept answer."""
+    cache = stack.app.state.capacity
+    kept, cache.ttl = cache.ttl, 0
+    yield
+    cache.ttl = kept
+
+
 def _body(body, nproc: int) -> dict:
     body = copy.deepcopy(body)
     body["recipe"]["step_scheduler"]["global_batch_size"] = 4 * nproc

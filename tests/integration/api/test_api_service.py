@@ -7,6 +7,7 @@ import logging
 from fastapi.testclient import TestClient
 
 from api.main import create_app
+from jobs.store.api_keys import create_api_key, revoke_api_key
 
 
 def test_healthz(client) -> None:
@@ -99,3 +100,33 @@ def test_openapi_documents_every_route(client) -> None:
     post = spec["paths"]["/v1/jobs"]["post"]
     assert {"200", "201", "401", "403", "409", "422"} <= set(post["responses"])
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
+
+
+def test_submit_resolves_its_key_inside_the_route(client, stack, body) -> None:
+    """Submit and validate look the key up in their own threadpool call: a missing key is
+    401 before the body is read, an unknown or revoked one 401, a read key 403, and none of
+    them stores a job."""
+    before = client.get("/v1/jobs", headers=stack.headers("read")).json()["data"]
+    for path in ("/v1/jobs", "/v1/jobs:validate"):
+        assert client.post(path, json={"recipe": 3}).status_code == 401  # no key, bad body
+        unknown = client.post(path, json=body, headers={"Authorization": "Bearer ty_nope"})
+        assert unknown.status_code == 401 and "unknown or revoked" in unknown.text
+        basic = client.post(path, json=body, headers={"Authorization": "Basic eDp5"})
+        assert basic.status_code == 401
+        assert client.post(path, json=body, headers=stack.headers("read")).status_code == 403
+    with stack.session() as session:
+        row, raw = create_api_key(session, stack.project, "submit")
+        assert revoke_api_key(session, row.id)
+        session.commit()
+    gone = client.post("/v1/jobs", json=body, headers={"Authorization": f"Bearer {raw}"})
+    assert gone.status_code == 401
+    assert client.get("/v1/jobs", headers=stack.headers("read")).json()["data"] == before
+
+
+def test_sync_routes_run_on_the_configured_number_of_threads(stack) -> None:
+    import anyio.to_thread
+
+    settings = stack.settings.model_copy(update={"api_threads": 3})
+    with TestClient(create_app(settings)) as client:
+        limiter = client.portal.call(anyio.to_thread.current_default_thread_limiter)
+        assert limiter.total_tokens == 3
