@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.recipe.errors import FieldError
-from jobs.recipe.paths import read_bounded
+from jobs.recipe.paths import read_bounded, real_path
 
 CHECKPOINTS_DIR = "checkpoints"  # <run dir>/checkpoints unless checkpoint.checkpoint_dir moves it
 LATEST_FILE = "LATEST"  # one line: the name of the newest complete step directory
@@ -77,7 +77,7 @@ def confinement_errors(
     lexical_runs = Path(os.path.normpath(runs_dir.expanduser().absolute()))
     pairs = (
         (Path(os.path.normpath(path)), lexical_runs),
-        (Path(os.path.realpath(path)), Path(os.path.realpath(lexical_runs))),
+        (real_path(path), real_path(lexical_runs)),
     )
     fix = f"use the run directory of a job of project {scope.project}, or the checkpoint roots"
     for candidate, runs in pairs:

@@ -27,6 +27,7 @@ from jobs.recipe.errors import FieldError, RecipeInvalid
 from jobs.recipe.memory_fit import fit_check
 from jobs.recipe.normalize import normalize_recipe
 from jobs.recipe.overrides import apply_overrides, parse_overrides
+from jobs.recipe.paths import one_view
 from jobs.recipe.plan import build_plan
 from jobs.recipe.schema_errors import field_errors
 from jobs.recipe.scope import JobScope
@@ -212,7 +213,10 @@ def validate_job(
         data = recipe_sections(data)
     data, apply_errors = apply_overrides(data, pairs)
     errors += apply_errors
-    normalized, setup, info, recipe_errors, warnings = normalize_recipe(data, res, settings, scope)
+    with one_view():
+        normalized, setup, info, recipe_errors, warnings = normalize_recipe(
+            data, res, settings, scope
+        )
     errors = _mark_overridden(errors + recipe_errors, {k for k, _ in pairs})
     family = [e for e in errors if is_family_refusal(e)]
     errors = family or errors  # another family's recipe: that is the answer, not its details
