@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.http_client import DEFAULT_URL, ClientError, CliExitCode, TuneyardClient
+from cli.http_client import DEFAULT_URL, ClientError, CliExitCode, TuneyardClient, items_of
 from jobs.recipe.overrides import override_texts
 from jobs.store.status import SETTLED, TERMINAL, JobStatus
 
@@ -184,9 +184,10 @@ def watch_job(
         while True:
             job = client.job(job_id)
             # First the latest step only (downsampling keeps it), then every new record.
-            records = client.metrics(job_id, cursor, max_points=2 if cursor is None else None)
-            for record in records:
-                cursor, latest = record["step"], record
+            page = client.metrics(job_id, cursor, max_points=2 if cursor is None else None)
+            cursor = page.get("next_cursor") or cursor
+            for record in items_of(page):
+                latest = record
                 if as_json:
                     sys.stdout.write(json.dumps(record, default=str) + "\n")
             line.update(job, latest)
@@ -197,18 +198,20 @@ def watch_job(
 
 def follow_logs(client: TuneyardClient, job_id: str, follow: bool, as_json: bool) -> None:
     """Print every log line, page by page; with `follow`, poll for more until the job ends."""
-    cursor = 0
+    cursor, ended = None, False
     while True:
-        body = client.logs(job_id, after=cursor)
-        for line in body["lines"]:
+        body = client.logs(job_id, cursor)
+        for line in items_of(body):
             sys.stdout.write(json.dumps(line) + "\n" if as_json else f"{line['text']}\n")
         sys.stdout.flush()
-        cursor = body.get("next_after") or cursor
-        if body["lines"]:
-            continue  # a full page: more may be waiting already
-        if not follow or client.job(job_id)["status"] in TERMINAL:
+        cursor = body.get("next_cursor") or cursor
+        if body.get("has_more"):
+            continue  # a full page: more is waiting already
+        if ended or not follow:
             return
-        time.sleep(1.0)
+        ended = client.job(job_id)["status"] in TERMINAL  # then one more page: the last lines
+        if not ended:
+            time.sleep(1.0)
 
 
 # ----------------------------------------------------------------------------- commands

@@ -149,17 +149,18 @@ class TuneyardClient:
         return self.request("POST", f"/v1/jobs/{job_id}/{verb}")
 
     def metrics(
-        self, job_id: str, after_step: int | None = None, max_points: int | None = None
-    ) -> list:
-        params = {"kind": "train", "limit": 1000, "after_step": after_step,
-                  "max_points": max_points}  # fmt: skip
-        return items_of(self.request("GET", f"/v1/jobs/{job_id}/metrics", params=_present(params)))
+        self, job_id: str, cursor: str | None = None, max_points: int | None = None
+    ) -> dict:
+        """One page of train records: `data`, and `next_cursor` to poll on with."""
+        params = {"kind": "train", "limit": 1000, "cursor": cursor, "max_points": max_points}
+        return self.request("GET", f"/v1/jobs/{job_id}/metrics", params=_present(params))
 
     def checkpoints(self, job_id: str) -> list[dict]:
         return items_of(self.request("GET", f"/v1/jobs/{job_id}/checkpoints"))
 
-    def logs(self, job_id: str, after: int = 0) -> dict:
-        return self.request("GET", f"/v1/jobs/{job_id}/logs", params={"after": after})
+    def logs(self, job_id: str, cursor: str | None = None) -> dict:
+        """One page of log lines: `data`, `has_more` and `next_cursor`."""
+        return self.request("GET", f"/v1/jobs/{job_id}/logs", params=_present({"cursor": cursor}))
 
     def wait_for(self, job_id: str, timeout: float | None, poll: float) -> dict:
         """Poll until the job ends (or pauses); raises ClientError(TIMED_OUT) after `timeout`."""

@@ -25,7 +25,7 @@ from typing import IO, Annotated, Any
 import typer
 
 from cli.client_cmds import console, exits_on_client_error, watch_job
-from cli.http_client import TuneyardClient
+from cli.http_client import TuneyardClient, items_of
 from jobs.store.status import JobStatus
 
 SERVICES = ("api", "worker", "scheduler")
@@ -344,7 +344,7 @@ def report_demo(
         raise typer.Exit(1)
     model_dir = hf_model_dir(checkpoints[-1]["path"])
     console().print(f"[green]demo job succeeded[/green]; checkpoint: [bold]{model_dir}[/bold]")
-    first = client.metrics(job["id"])[:1]
+    first = items_of(client.metrics(job["id"]))[:1]
     last = job.get("latest_metrics") or {}
     if first and last.get("loss") is not None:
         console().print(f"train loss fell from {first[0]['loss']:.2f} to {last['loss']:.2f} "

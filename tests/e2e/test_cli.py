@@ -184,6 +184,20 @@ def test_logs_prints_the_job_log(stack, recipe_file):
     assert result.stdout.splitlines() == ["line 0", "line 1", "line 2"]
 
 
+def test_logs_pages_with_next_cursor_through_a_long_log(stack, recipe_file):
+    """Over several pages (`has_more`, `next_cursor`): every line once, in order."""
+    from jobs.store.engine import session_scope
+    from jobs.store.ingest import append_logs
+
+    job_id = submit_job(stack, recipe_file, "long-log")
+    with session_scope(stack.settings) as session:
+        append_logs(session, job_id, 1, [("stdout", i, f"line {i}") for i in range(1234)])
+    result = run_cli(stack, "logs", job_id, "--json")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line)["text"] for line in result.stdout.splitlines()]
+    assert lines == [f"line {i}" for i in range(1234)]
+
+
 def test_unknown_job_and_bad_key_exit_2_with_the_servers_message(stack):
     missing = run_cli(stack, "status", "00000000-0000-0000-0000-000000000000")
     assert missing.returncode == 2

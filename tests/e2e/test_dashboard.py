@@ -130,6 +130,19 @@ def test_dashboard_end_to_end(stack, jobs, browser, valid_recipe):
     wait_until(lambda: chart_points(driver, "loss") > first, 60, "the loss chart to grow")
     assert css(driver, "#job-state [data-state=running]")
     assert chart_points(driver, "tps") > 0 and chart_points(driver, "lr") > 0
+    # The log panel pages with `cursor` / `next_cursor` as the charts do: lines appended
+    # now (two batches, so the second poll starts from the first's cursor) all show, once.
+    from jobs.store.engine import session_scope
+    from jobs.store.ingest import append_logs
+
+    for batch in (range(0, 3), range(3, 6)):
+        with session_scope(stack.settings) as session:
+            append_logs(session, jobs["long"], 1,
+                        [("stdout", 10**6 + i, f"dashboard line {i}") for i in batch])  # fmt: skip
+        wait_until(lambda b=batch: f"dashboard line {b[-1]}" in css(driver, "#log").text, 30,
+                   "the appended log lines")  # fmt: skip
+    shown = [li for li in css(driver, "#log").text.splitlines() if "dashboard line" in li]
+    assert shown == [f"dashboard line {i}" for i in range(6)]
     shot(driver, "02-job-running")
 
     driver.get(f"{base}/")

@@ -24,7 +24,7 @@ export function renderJob(view, jobId) {
   const charts = Object.fromEntries(CHARTS.map(([key]) => [key,
     new LineChart(view.querySelector(`#chart-${key}`), { emptyText: "Waiting for metrics…", onPick: onPick(key) })]));
   const state = { job: null, train: [], val: [], trainCursor: null, valCursor: null,
-    events: [], checkpoints: [], logCursor: 0, logLines: [] };
+    events: [], checkpoints: [], logCursor: null, logLines: [] };
 
   const pollMetrics = async () => {
     const grew = (await pull(jobId, "train", state)) | (await pull(jobId, "val", state));
@@ -45,10 +45,12 @@ export function renderJob(view, jobId) {
     drawCharts(charts, state);
   };
   const pollLogs = async () => {
-    const body = await api(`/v1/jobs/${jobId}/logs`, { query: { after: state.logCursor } });
-    if (!body.lines.length) return;
-    state.logCursor = body.next_after ?? state.logCursor;
-    state.logLines = state.logLines.concat(body.lines.map((line) => line.text)).slice(-400);
+    const query = state.logCursor === null ? {} : { cursor: state.logCursor };
+    const body = await api(`/v1/jobs/${jobId}/logs`, { query });
+    const lines = itemsOf(body);
+    if (!lines.length) return;
+    state.logCursor = body.next_cursor ?? state.logCursor;
+    state.logLines = state.logLines.concat(lines.map((line) => line.text)).slice(-400);
     const pre = view.querySelector("#log");
     const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
     pre.textContent = state.logLines.join("\n");
@@ -104,11 +106,12 @@ function skeleton(jobId) {
 async function pull(jobId, kind, state) {
   const key = kind === "train" ? "train" : "val";
   const cursorKey = `${key}Cursor`;
-  const query = state[cursorKey] === null ? { kind, max_points: MAX_POINTS } : { kind, after_step: state[cursorKey], limit: 1000 };
-  const records = itemsOf(await api(`/v1/jobs/${jobId}/metrics`, { query }));
+  const query = state[cursorKey] === null ? { kind, max_points: MAX_POINTS } : { kind, cursor: state[cursorKey], limit: 1000 };
+  const page = await api(`/v1/jobs/${jobId}/metrics`, { query });
+  const records = itemsOf(page);
   if (!records.length) return false;
   state[key] = state[cursorKey] === null ? records : state[key].concat(records);
-  state[cursorKey] = records[records.length - 1].step;
+  state[cursorKey] = page.next_cursor;
   if (state[key].length > 2 * MAX_POINTS) state[cursorKey] = null; // next poll re-downsamples
   return true;
 }
