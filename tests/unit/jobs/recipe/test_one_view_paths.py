@@ -21,7 +21,9 @@ def tree(tmp_path: Path) -> Path:
     (root / "hub" / "models--a--b" / "snapshots" / "abc").mkdir(parents=True)
     (root / "hub" / "models--a--b" / "blobs" / "f1").write_text("{}")
     (root / "data" / "file.json").write_text("{}")
-    os.symlink("../../blobs/f1", root / "hub" / "models--a--b" / "snapshots" / "abc" / "config.json")
+    os.symlink(
+        "../../blobs/f1", root / "hub" / "models--a--b" / "snapshots" / "abc" / "config.json"
+    )
     os.symlink("sub", root / "data" / "rel")  # relative, same directory
     os.symlink(root / "other", root / "data" / "abs")  # absolute
     os.symlink("abs/deep", root / "data" / "chain")  # a link through a link
