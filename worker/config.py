@@ -29,6 +29,9 @@ class WorkerConfig(BaseSettings):
     stale_worker_seconds: float = 30.0  # a worker silent this long is marked lost
     stop_grace_seconds: float = 10.0  # SIGTERM -> SIGKILL on cancel/pause
     gang_wait_seconds: float = 300.0  # how long a multi-node job waits for its nodes
+    # How long a launch the scheduler cannot take for now (SLURM's controller restarting)
+    # is asked again, with backoff, before the attempt fails.
+    launch_retry_seconds: float = 300.0
     redispatch_grace_seconds: float = 30.0  # queued this long without a claim -> re-send
     reconcile_seconds: float = 5.0
     rendezvous_host: str = ""  # address other nodes reach this one at; default hostname

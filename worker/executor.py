@@ -22,6 +22,11 @@ from worker.config import WorkerConfig
 from worker.launcher import LaunchSpec, build_command, start_attempt
 
 
+class LaunchUnavailable(OSError):
+    """The scheduler could not take the attempt for now (SLURM's controller down or busy):
+    worth asking again, unlike a refusal of the job itself."""
+
+
 class AttemptHandle(Protocol):
     stdout: IO[bytes]
     stderr: IO[bytes]
@@ -73,7 +78,8 @@ def stop_older_attempts(spec: LaunchSpec, config: WorkerConfig) -> None:
 
 
 def start(spec: LaunchSpec, run_dir: Path, config: WorkerConfig) -> AttemptHandle:
-    """Start the attempt with the worker's executor (raises OSError when it cannot)."""
+    """Start the attempt with the worker's executor (raises OSError when it cannot,
+    `LaunchUnavailable` when asking again later may work)."""
     if config.executor == "slurm":
         from worker.slurm import SlurmAttempt
 

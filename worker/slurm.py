@@ -12,6 +12,8 @@ a local process's pipes. SLURM's end states map onto the outcome catalogue: COMP
 FAILED by exit code, TIMEOUT and PREEMPTED as a preemption (a new attempt resumes from
 LATEST), NODE_FAIL/BOOT_FAIL as a retried infrastructure fault, OUT_OF_MEMORY as the user
 error it is. Jobs are submitted `--no-requeue`: a retry is always a new tuneyard attempt.
+An sbatch that cannot reach the controller (restarting, busy) raises `LaunchUnavailable`,
+which the supervisor asks again for a while; a refusal of the job itself fails it at once.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from jobs.orchestration.policy import Outcome, Verdict
 from jobs.recipe.exit_codes import ExitCode
 from worker.config import WorkerConfig
+from worker.executor import LaunchUnavailable
 from worker.launcher import LaunchSpec, build_env, torchrun_prefix
 
 ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
@@ -39,6 +42,14 @@ ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "S
 PASSED_PREFIXES = ("HF_", "TRANSFORMERS_", "NCCL_", "TORCH_", "CUDA_", "OMP_", "PYTORCH_")
 PASSED_NAMES = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "XDG_CACHE_HOME", "TUNEYARD_HOME")
 COMMAND_TIMEOUT_S = 30.0
+# What sbatch says when the controller, not the job, is the problem: slurmctld restarting,
+# unreachable or too busy. Anything else (a bad partition, account or size) is final.
+CONTROLLER_UNAVAILABLE = re.compile(
+    r"unable to contact slurm controller|socket timed out|resource temporarily unavailable"
+    r"|temporarily unable to accept|zero bytes were transmitted|communication connection"
+    r" failure|connection refused|in standby mode|slurmctld.*not responding",
+    re.IGNORECASE,
+)
 
 
 def job_name(job_id: str, attempt: int) -> str:
@@ -180,10 +191,15 @@ class SlurmAttempt:
         script.write_text(batch_script(spec, config, run_dir))
         try:
             done = _run(["sbatch", "--parsable", str(script)])
+        except subprocess.TimeoutExpired as exc:
+            raise LaunchUnavailable(f"sbatch did not answer in {COMMAND_TIMEOUT_S:.0f}s") from exc
         except (subprocess.SubprocessError, FileNotFoundError) as exc:
             raise OSError(f"sbatch could not run: {exc}") from exc
         if done.returncode != 0 or not done.stdout.strip():
-            raise OSError(f"sbatch refused the job: {done.stderr.strip() or done.stdout.strip()}")
+            said = done.stderr.strip() or done.stdout.strip()
+            if CONTROLLER_UNAVAILABLE.search(said):
+                raise LaunchUnavailable(f"the SLURM controller is unavailable: {said}")
+            raise OSError(f"sbatch refused the job: {said}")
         return cls(spec, config, run_dir, done.stdout.strip().split(";")[0])
 
     # ---- following --------------------------------------------------------------------

@@ -85,11 +85,12 @@ class AttemptSupervisor:
         executor.stop_older_attempts(self.spec, self.config)
         events_path = self.run_dir / "events.jsonl"
         self.state.events_launch_offset = events_path.stat().st_size if events_path.exists() else 0
-        try:
-            handle = executor.start(self.spec, self.run_dir, self.config)
-        except OSError as exc:
-            outcome = launch_failure(f"cannot start the attempt ({self.config.executor}): {exc}")
-            return self._settle(outcome, None) if self.is_leader else outcome
+        started = self._launch()
+        if started is None:
+            return None  # the lease was lost while the scheduler was away: not ours now
+        if isinstance(started, Outcome):
+            return self._settle(started, None) if self.is_leader else started
+        handle = started
         self.pump.follow("stdout", handle.stdout)
         self.pump.follow("stderr", handle.stderr)
         returncode = self._supervise(handle)
@@ -104,6 +105,31 @@ class AttemptSupervisor:
             return None
         outcome = handle.outcome() or classify_exit(returncode, self.state.last_outcome_event)
         return self._settle(outcome, returncode) if self.is_leader else outcome
+
+    def _launch(self) -> AttemptHandle | Outcome | None:
+        """Start the attempt. A scheduler that cannot take it for now is asked again with
+        backoff for `launch_retry_seconds`, the lease renewed and a cancel or pause honoured
+        meanwhile; any other refusal fails the launch at once. None: the lease was lost."""
+        deadline, delay = time.monotonic() + self.config.launch_retry_seconds, 1.0
+        while True:
+            try:
+                return executor.start(self.spec, self.run_dir, self.config)
+            except executor.LaunchUnavailable as exc:
+                if time.monotonic() + delay > deadline:
+                    return launch_failure(f"cannot start the attempt ({self.config.executor}) "
+                                          f"after {self.config.launch_retry_seconds:.0f}s of "
+                                          f"retries: {exc}")  # fmt: skip
+                log.warning("job %s attempt %s: %s; asking again in %.0fs", self.claim.job_id,
+                            self.claim.attempt, exc, delay)  # fmt: skip
+            except OSError as exc:
+                return launch_failure(f"cannot start the attempt ({self.config.executor}): {exc}")
+            self._poll_status()
+            if self.state.lease_lost:
+                return None
+            if self.state.stop is not None:
+                return launch_failure(f"stopped ({self.state.stop.kind}) before it started")
+            time.sleep(delay)
+            delay = min(2 * delay, 30.0)
 
     def _supervise(self, handle: AttemptHandle) -> int:
         next_poll, marked = 0.0, not self.is_leader

@@ -134,3 +134,62 @@ def test_a_job_sbatch_refuses_fails_with_slurms_reason(project_id, procs, tiny_a
     failed = [e for e in events_of(job_id) if e.to_status == "failed"]
     assert failed and "sbatch refused the job" in failed[0].message, [e.message for e in failed]
     assert "partition" in failed[0].message.lower()
+
+
+def _unreachable_controller_conf(path: Path) -> Path:
+    """This cluster's slurm.conf with the controller on a port nothing listens on: sbatch
+    answers "Unable to contact slurm controller", as while slurmctld restarts."""
+    real = Path("/etc/slurm/slurm.conf").read_text()
+    path.write_text(real.replace("\nSlurmUser=", "\nSlurmctldPort=1\nSlurmUser=", 1))
+    return path
+
+
+def test_a_launch_waits_out_an_unreachable_controller(project_id, procs, tiny_assets, tmp_path):
+    """The controller is unreachable when the job is claimed: the worker asks again with
+    backoff, keeping the lease, and once SLURM answers the same attempt runs to the end."""
+    conf = _unreachable_controller_conf(tmp_path / "slurm.conf")
+    job_id = insert_job(project_id, tiny_recipe(tiny_assets, 5, checkpoint_every=5))
+    procs.worker("slurm-w1", trainer=None, SLURM_CONF=str(conf),
+                 TUNEYARD_WORKER_LEASE_SECONDS="60", **SLURM_ENV)  # fmt: skip
+    wait_for(lambda: "asking again" in procs.logs(), 90, "a launch retry", procs)
+    assert "Unable to contact slurm controller" in procs.logs()
+    assert job_row(job_id).status == "starting"
+    conf.write_text(Path("/etc/slurm/slurm.conf").read_text())  # the controller is back
+    row = wait_for(lambda: _finished(job_id), 180, "the job to finish", procs)
+    assert row.status == "succeeded" and row.attempt == 1, procs.logs()
+    assert train_steps(job_id) == list(range(1, 6))
+
+
+def test_a_controller_that_stays_away_fails_the_launch_after_the_retry_window(
+    project_id, procs, tiny_assets, tmp_path
+):
+    conf = _unreachable_controller_conf(tmp_path / "slurm.conf")
+    job_id = insert_job(project_id, tiny_recipe(tiny_assets, 5, checkpoint_every=5))
+    procs.worker("slurm-w1", trainer=None, SLURM_CONF=str(conf),
+                 TUNEYARD_WORKER_LEASE_SECONDS="60", TUNEYARD_WORKER_LAUNCH_RETRY_SECONDS="5",
+                 **SLURM_ENV)  # fmt: skip
+    row = wait_for(lambda: _finished(job_id), 120, "the launch to fail", procs)
+    assert row.status == "failed", procs.logs()
+    failed = [e for e in events_of(job_id) if e.to_status == "failed"]
+    assert failed and "of retries" in failed[0].message, [e.message for e in failed]
+    assert "Unable to contact slurm controller" in failed[0].message
+
+
+def test_a_cancel_while_the_controller_is_away_ends_cancelled(
+    project_id, procs, tiny_assets, tmp_path
+):
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+
+    conf = _unreachable_controller_conf(tmp_path / "slurm.conf")
+    job_id = insert_job(project_id, tiny_recipe(tiny_assets, 5, checkpoint_every=5))
+    procs.worker("slurm-w1", trainer=None, SLURM_CONF=str(conf),
+                 TUNEYARD_WORKER_LEASE_SECONDS="60", **SLURM_ENV)  # fmt: skip
+    wait_for(lambda: "asking again" in procs.logs(), 90, "a launch retry", procs)
+    with TestClient(create_app()) as client:
+        answer = client.post(f"/v1/jobs/{job_id}/cancel")
+    assert answer.status_code == 200, answer.text
+    row = wait_for(lambda: _finished(job_id), 60, "the job to be cancelled", procs)
+    assert row.status == "cancelled", procs.logs()
+    assert _slurm_ids(job_id) == []  # it never reached SLURM
