@@ -11,6 +11,7 @@ write lock is what serialises `jobs.orchestration.states.transition` there (Post
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.store.settings import Settings, get_settings
@@ -71,8 +73,35 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False}, **kwargs)
         _configure_sqlite(engine)
         return engine
-    kwargs.setdefault("pool_pre_ping", True)
-    return create_engine(url, **kwargs)
+    engine = create_engine(url, **kwargs)
+    if not kwargs.get("pool_pre_ping"):
+        _ping_when_idle(engine)
+    return engine
+
+
+PING_AFTER_IDLE_S = 1.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Pessimistic disconnect handling, as `pool_pre_ping`, but only for a connection that
+    sat in the pool for over `PING_AFTER_IDLE_S`. One checked in a moment ago answered a
+    moment ago, and a ping is a round trip on every request under load; after a database
+    restart every pooled connection has been idle longer than that (a failed one is
+    invalidated by the error itself). A failed ping makes the pool connect afresh."""
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info["checked_in"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("checked_in")
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
+            return  # new (it just connected), or back from use a moment ago
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:  # any driver error: this connection is gone
+            raise DisconnectionError(f"pooled connection failed its ping: {exc}") from exc
 
 
 def get_engine(settings: Settings | None = None) -> Engine:
