@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.common.family_weights import FAMILY_WEIGHTS, Weight, cfg, dense_weights
+from models.common.windows import layer_sliding_window
 from models.registry import entry_for_model_type, get_entry
 
 __all__ = [
@@ -109,14 +110,16 @@ class FlopsBreakdown:
 
 def _attention_flops(config: Any, seq_len: int) -> float:
     """Forward FLOPs per token of the score (q.k) and value (p.v) matmuls over `seq_len`
-    (no causal halving, the convention published MFU figures use)."""
+    keys (no causal halving, the convention published MFU figures use); a sliding-window
+    layer's tokens see at most its window of keys."""
     layers = int(cfg(config, "num_hidden_layers"))
+    keys = sum(min(seq_len, layer_sliding_window(config, i) or seq_len) for i in range(layers))
     heads = int(cfg(config, "num_attention_heads"))
     head_dim = int(cfg(config, "head_dim") or int(cfg(config, "hidden_size")) // heads)
     nope, rope = cfg(config, "qk_nope_head_dim"), cfg(config, "qk_rope_head_dim")
     qk_dim = int(nope) + int(rope) if nope and rope else head_dim
     v_dim = int(cfg(config, "v_head_dim") or head_dim)
-    return float(2 * layers * heads * (qk_dim + v_dim) * seq_len)
+    return float(2 * heads * (qk_dim + v_dim) * keys)
 
 
 def flops_breakdown(

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.common.rope import RotaryEmbedding, apply_rotary, head_dim_of
+from models.common.windows import layer_sliding_window
 
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu,
@@ -255,22 +256,6 @@ def layer_attention_masks(
         for window in dict.fromkeys(windows)
     }
     return [built[window] for window in windows]
-
-
-def layer_sliding_window(config: Any, layer_idx: int) -> int | None:
-    """Layer `layer_idx`'s attention window in tokens, or None for full causal attention.
-
-    Configs with `layer_types` window only their "sliding_attention" layers (Qwen2/Qwen3
-    with `use_sliding_window`, whose configs clear `sliding_window` otherwise); configs
-    without it apply a set `sliding_window` to every layer (Mistral, Mixtral).
-    """
-    window = getattr(config, "sliding_window", None)
-    if not window:
-        return None
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types is not None and layer_types[layer_idx] != "sliding_attention":
-        return None
-    return int(window)
 
 
 def build_attention_mask(
