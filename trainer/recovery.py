@@ -115,15 +115,17 @@ class DivergenceGuard:
         positions: list[Position],
         rows: list[dict[str, Any]],
     ) -> None:
+        from trainer.finetune import report_saves
         from trainer.setup import setup_run  # setup imports the model stack; only when needed
 
         failed_step = run.step
-        run.checkpoints.wait()  # a save in flight publishes before LATEST is read
+        # A save in flight publishes before LATEST is read, and is reported like any other.
+        report_saves(log, run.checkpoints.wait())
         recipe = run.recipe
         if run.checkpoints.latest() is not None and recipe.restore_from is not None:
             recipe = dataclasses.replace(recipe, restore_from=None)  # this run's own LATEST
         skipped = set(run.skipped_batches) | set(positions)
-        fresh = setup_run(recipe, log.run_dir, run.env)
+        fresh = setup_run(recipe, log.run_dir, run.env, checkpoints=run.checkpoints)
         fresh.skipped_batches = skipped
         fresh.step_loss = fresh.step_loss or run.step_loss  # a recipe's own loss (KD) stays
         self.rollbacks += 1

@@ -217,12 +217,19 @@ def build_model_stack(
     return ModelStack(tokenizer, model, forward_model, is_peft, architecture)
 
 
-def setup_run(recipe: Recipe, run_dir: Path, env: DistEnv) -> TrainingRun:
+def setup_run(
+    recipe: Recipe,
+    run_dir: Path,
+    env: DistEnv,
+    checkpoints: manager.CheckpointManager | None = None,
+) -> TrainingRun:
+    """Everything one run trains with. `checkpoints`: the manager to keep (a rollback
+    rebuilds the run around the same one: its background publisher and gloo group)."""
     seed = recipe.rng.seed  # the data order uses the shared seed on every rank
     seed_everything(seed + env.rank if recipe.rng.ranked else seed)
     check_launch(env, recipe.topology)
     topology = build_mesh(env, recipe.topology)
-    checkpoints = _checkpoint_manager(recipe.checkpoint, run_dir, env)
+    checkpoints = checkpoints or _checkpoint_manager(recipe.checkpoint, run_dir, env)
     checkpoints.remove_stale_staging()
     ckpt = checkpoints.resolve(recipe.restore_from.path if recipe.restore_from else None)
     stack = build_model_stack(recipe, env, topology, ckpt)

@@ -173,6 +173,33 @@ def test_on_nan_rollback_skips_the_rows_and_finishes(run_main, assets, monkeypat
     assert state["skipped_batches"] == [[0, 10], [0, 11]]  # a later resume skips them too
 
 
+def test_a_rollback_keeps_the_runs_checkpoint_manager(run_main, assets, monkeypatch) -> None:
+    """With asynchronous saves the rebuilt run keeps the one manager (its publisher thread
+    and, on several ranks, its gloo group) instead of opening another per rollback; the
+    saves after the rollback still publish."""
+    from trainer.checkpoint import manager
+
+    made: list[int] = []
+    real_init = manager.CheckpointManager.__init__
+
+    def counted(self, *args, **kwargs):
+        made.append(1)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(manager.CheckpointManager, "__init__", counted)
+    monkeypatch.setenv(POISON_ENV, str(poisoned_row(6)))
+    recipe = short_recipe(assets, 12, recovery={"on_nan": "rollback"},
+                          checkpoint={"is_async": True})  # fmt: skip
+    code, output, events = run_main("proof-rollback-async", recipe)
+    assert code == 0, output[-2000:]
+    assert [e["step"] for e in events if e["event"] == "rollback"] == [6]
+    assert made == [1]
+    saved = sorted(e["step"] for e in events if e["event"] == "checkpoint_saved")
+    assert {4, 8, 12} <= set(saved), saved
+    checkpoints = assets.root / "runs" / "proof-rollback-async" / "checkpoints"
+    assert (checkpoints / "LATEST").read_text().strip() == "step_12"
+
+
 def test_more_bad_steps_than_retries_fail_naming_the_rows(run_main, assets, monkeypatch) -> None:
     monkeypatch.setenv(POISON_ENV, f"{poisoned_row(6)},{poisoned_row(10)}")
     recovery = {"on_nan": "rollback", "max_retries": 1}
