@@ -290,13 +290,12 @@ def _train_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCo
 
 
 def _announce_start(run: TrainingRun, log: RunLog) -> None:
+    peaks = rank_peak_memory(run.env.device)  # after the model is built (or restored), sharded
     if run.resumed_from is not None:
-        log.event(
-            "resumed", run.step, path=str(run.resumed_from), recipe_changed=run.recipe_changed
-        )
+        log.event("resumed", run.step, path=str(run.resumed_from),
+                  recipe_changed=run.recipe_changed, peak_memory_bytes=peaks)  # fmt: skip
         fingerprint.verify_resume(run, log)  # resume_verified, or resume_mismatch and fail
     else:
-        peaks = rank_peak_memory(run.env.device)  # after the model is built and sharded
         log.event("started", run.step, **_layout(run), peak_memory_bytes=peaks)
 
 

@@ -120,9 +120,32 @@ def apply_fsdp2(
         raise data_error(
             f"model: {exc}; FSDP2 shards per decoder layer, so use distributed.strategy: ddp"
         ) from None
+    embedding, head = _untied_ends(model)
+    if embedding is not None:
+        fully_shard(embedding, **options)
     for unit in units:
         fully_shard(unit, **options)
+    if head is not None:  # used last in forward, first in backward: kept gathered between
+        keep = options["reshard_after_forward"]
+        fully_shard(head, **{**options, "reshard_after_forward": bool(keep)})
     fully_shard(model, **options)
+
+
+def _untied_ends(model: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
+    """The input embedding and output head as FSDP2 units of their own when they are untied
+    plain modules: the root then gathers neither for the whole step (each is the size of a
+    vocabulary times the hidden size, often the largest tensors of a model). Tied, wrapped
+    (LoRA on the head) or absent (a pipeline stage) ends stay in the root."""
+    try:
+        embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None, None
+    plain = (
+        type(embedding) is nn.Embedding
+        and type(head) is nn.Linear
+        and head.weight is not embedding.weight
+    )
+    return (embedding, head) if plain else (None, None)
 
 
 def parallelize(

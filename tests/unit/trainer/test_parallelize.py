@@ -82,3 +82,26 @@ def test_a_model_without_decoder_layers_is_refused_as_a_user_error(
     topology = build_mesh(single_rank_group, one_rank_layout())
     with pytest.raises(TrainerError, match="no `layers` ModuleList"):
         parallelize(nn.Linear(2, 2), topology, {}, torch.device("cpu"), None)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_untied_embedding_and_head_are_fsdp_units_of_their_own(
+    tied, single_rank_group, one_rank_layout
+):
+    """Untied, the vocabulary-sized ends are their own units (the root gathers neither for
+    the whole step); tied, the one shared weight stays in the root. Training runs."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from models.auto import AutoModelForCausalLM
+    from trainer.distributed import build_mesh
+    from trainer.parallelize import parallelize
+
+    model = AutoModelForCausalLM.from_config(tiny_llama_config(tie_word_embeddings=tied))
+    topology = build_mesh(single_rank_group, one_rank_layout())
+    parallelize(model, topology, {"strategy": "fsdp2"}, torch.device("cpu"), None)
+    ends = (model.get_input_embeddings(), model.get_output_embeddings())
+    assert [isinstance(m, FSDPModule) for m in ends] == [not tied, not tied]
+    assert isinstance(model, FSDPModule)
+    ids = torch.randint(1, 512, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
