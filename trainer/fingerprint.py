@@ -50,10 +50,11 @@ def tensor_digest(tensor: torch.Tensor) -> str:
     header = ""
     if isinstance(tensor, DTensor):
         header, tensor = str(tensor.placements), tensor.to_local()
-    # a copy: numpy() would pin the storage, and FSDP2 frees and regrows parameter storage
+    # a copy: numpy() would pin the storage, and FSDP2 frees and regrows parameter storage;
+    # the copy is this function's own, so its buffer is hashed in place (no bytes object)
     data = tensor.detach().to("cpu", copy=True).contiguous()
     digest = hashlib.sha256(f"{header}{data.dtype}{tuple(data.shape)}".encode())
-    digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
+    digest.update(data.reshape(-1).view(torch.uint8).numpy())
     return digest.hexdigest()[:16]
 
 
