@@ -109,6 +109,13 @@ def _verify(session: Session, raw_key: str, shared: bool = False) -> Principal |
             return verify_key(lookup, raw_key)
 
 
+def _bearer(creds: HTTPAuthorizationCredentials | None) -> HTTPAuthorizationCredentials:
+    """The credentials when they are a bearer key, else the 401 that asks for one."""
+    if creds is None or creds.scheme.lower() != "bearer":
+        raise ApiError(401, "unauthorized", "send `Authorization: Bearer <api key>`")
+    return creds
+
+
 def _principal(
     settings: Settings, session: Session, creds: HTTPAuthorizationCredentials | None,
     shared: bool = False,
@@ -117,8 +124,7 @@ def _principal(
         principal = default_principal(session)
         session.commit()  # it may have created the default project
         return principal
-    if creds is None or creds.scheme.lower() != "bearer":
-        raise ApiError(401, "unauthorized", "send `Authorization: Bearer <api key>`")
+    creds = _bearer(creds)
     principal = _verify(session, creds.credentials, shared)
     if principal is None:
         raise ApiError(401, "unauthorized", "unknown or revoked API key")
@@ -138,9 +144,7 @@ async def presented_key(
 ) -> HTTPAuthorizationCredentials | None:
     """The bearer credentials, 401 at once when auth is on and none were sent (before the
     body is read), for routes that verify the key inside their own threadpool call."""
-    if settings.auth_enabled and (creds is None or creds.scheme.lower() != "bearer"):
-        raise ApiError(401, "unauthorized", "send `Authorization: Bearer <api key>`")
-    return creds
+    return _bearer(creds) if settings.auth_enabled else creds
 
 
 PresentedKey = Annotated[HTTPAuthorizationCredentials | None, Depends(presented_key)]

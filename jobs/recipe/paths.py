@@ -108,9 +108,6 @@ def _resolve(path: str, memo: dict[str, str], following: set[str]) -> str:
     return resolved
 
 
-_real = real_path
-
-
 def _lexical(path: Path) -> Path:
     return Path(os.path.normpath(path.expanduser().absolute()))
 
@@ -151,7 +148,7 @@ def check_path(
             else "is outside the allowed roots"
         )
         return _invalid(loc, f"{value!r} {why}", fix)
-    if not _inside(_real(lexical), [_real(r) for r in lexical_roots]):
+    if not _inside(real_path(lexical), [real_path(r) for r in lexical_roots]):
         return _invalid(loc, f"{value!r} is a symlink that leads outside the allowed roots", fix)
     if must_exist and not lexical.exists():
         hint = " (a hub name has the form org/name)" if allow_hub else ""
@@ -229,7 +226,7 @@ def read_bounded(
     """A file a recipe points at: its real path must stay inside `roots` (a symlink within
     them is fine, e.g. hub-cache snapshots into `blobs/`), and it must be a regular file of
     at most `cap` bytes; no more than cap + 1 bytes are ever read."""
-    real, real_roots = _real(_lexical(file)), [_real(_lexical(r)) for r in roots]
+    real, real_roots = real_path(_lexical(file)), [real_path(_lexical(r)) for r in roots]
     if not _inside(real, real_roots):
         msg = f"{file} is a symlink that leads outside the allowed roots"
         return None, [FieldError(loc, msg, f"keep the file inside {_roots_text(real_roots)}")]
