@@ -141,7 +141,7 @@ def check_request(
     end_read(session)
     result = validate_job(
         _recipe_input(body), body.overrides, resources, settings, grant, scope=scope,
-        device_memory=memory, flops_per_rank=rate,
+        device_memory=memory, flops_per_rank=rate, handed_over=body.recipe is not None,
     )  # fmt: skip
     if not result.valid or result.recipe is None:
         raise InvalidRequest(result.errors or [FieldError("recipe", "invalid", "")])

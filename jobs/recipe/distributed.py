@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from functools import cache
 from typing import Any, Literal
 
@@ -300,7 +300,7 @@ class DistributedSetup:
     def to_dict(self) -> dict[str, Any]:
         """The canonical `distributed` section of a normalized recipe."""
         s = self.sizes
-        options = asdict(self.strategy_config)
+        options = _plain(self.strategy_config)
         if "activation_checkpointing_scope" in options:
             options["activation_checkpointing_scope"] = list(
                 options["activation_checkpointing_scope"]
@@ -315,7 +315,22 @@ class DistributedSetup:
             "ep_size": s.ep_size,
             "sequence_parallel": bool(options.pop("sequence_parallel", False)),
             "activation_checkpointing": self.activation_checkpointing,
-            "pipeline": asdict(self.pipeline_config) if self.pipeline_config else None,
-            "moe": asdict(self.moe_parallel_config) if self.moe_parallel_config else None,
+            "pipeline": _plain(self.pipeline_config) if self.pipeline_config else None,
+            "moe": _plain(self.moe_parallel_config) if self.moe_parallel_config else None,
             **options,
         }
+
+
+@cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(kind))
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    """`dataclasses.asdict` for these frozen configs, whose values are immutable (scalars,
+    tuples, nested configs): no deep copies, field names looked up once per class."""
+    out = {}
+    for name in _field_names(type(obj)):
+        value = getattr(obj, name)
+        out[name] = _plain(value) if hasattr(type(value), "__dataclass_fields__") else value
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class FieldError:
     fix: str = ""
 
     def to_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return {"loc": self.loc, "msg": self.msg, "fix": self.fix}
 
     def __str__(self) -> str:
         text = f"{self.loc}: {self.msg}"

@@ -15,7 +15,7 @@ a throughput: the one learned from the queue's finished jobs, else `DEFAULT_FLOP
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from jobs.recipe.distributed import DistributedSetup
@@ -286,7 +286,7 @@ def build_estimate(
 def _basis(x: EstimateInputs, rate: float, learned: bool) -> dict[str, Any]:
     source = "learned from this queue's finished jobs" if learned else "default"
     return {
-        "inputs": asdict(x),
+        "inputs": dict(vars(x)),  # flat scalars: asdict's deep copies not needed
         "sequence": "every micro-batch filled to the sequence length (an upper bound)",
         "activations": "per decoder layer from hidden, attention and MLP widths; logits "
         f"{'chunked' if x.chunked_loss else 'with an fp32 copy and its gradient'}",

@@ -48,8 +48,12 @@ def names_hub_repo(value: str, base: Path | None = None) -> bool:
     return is_hub_name(value) and not os.path.lexists((base or Path.cwd()) / value)
 
 
-def _inside(path: Path, roots: list[Path]) -> bool:
-    return any(path == root or root in path.parents for root in roots)
+def _inside(path: str, roots: list[str]) -> bool:
+    """`path` is one of `roots` or lies under one (absolute, normalized paths as text)."""
+    for root in roots:
+        if path == root or root == "/" or path.startswith(root + "/"):
+            return True
+    return False
 
 
 # Inside `one_view()`: each path string resolved once, then answered from this memo.
@@ -71,12 +75,17 @@ def one_view() -> Iterator[None]:
 
 def real_path(path: Path | str) -> Path:
     """Resolve symlinks of the longest existing prefix (the rest may not exist yet)."""
+    return Path(real_text(os.fspath(path)))
+
+
+def real_text(text: str) -> str:
+    """`real_path` as text (validation compares paths as strings: no Path objects built)."""
     memo = _RESOLVED.get()
     if memo is None:
-        return Path(os.path.realpath(path))
-    text = os.fspath(path)  # `..` is resolved after the links before it, never lexically
+        return os.path.realpath(text)
+    # `..` is resolved after the links before it, never lexically
     absolute = text if os.path.isabs(text) else os.path.join(os.getcwd(), text)
-    return Path(_resolve(absolute, memo, set()))
+    return _resolve(absolute, memo, set())
 
 
 def _resolve(path: str, memo: dict[str, str], following: set[str]) -> str:
@@ -108,12 +117,13 @@ def _resolve(path: str, memo: dict[str, str], following: set[str]) -> str:
     return resolved
 
 
-def _lexical(path: Path) -> Path:
-    return Path(os.path.normpath(path.expanduser().absolute()))
+def _lexical(path: Path | str) -> str:
+    """Absolute and normalized, `~` expanded, symlinks not followed (as text)."""
+    return os.path.normpath(os.path.abspath(os.path.expanduser(os.fspath(path))))
 
 
-def _roots_text(roots: list[Path]) -> str:
-    return os.pathsep.join(str(r) for r in roots)
+def _roots_text(roots: list[str]) -> str:
+    return os.pathsep.join(roots)
 
 
 def _invalid(loc: str, msg: str, fix: str) -> PathCheck:
@@ -136,26 +146,25 @@ def check_path(
         )
     if "\x00" in value:
         return _invalid(loc, "contains a NUL character", "give a path inside the allowed roots")
-    raw = Path(value).expanduser()
     if allow_hub and names_hub_repo(value):
         return PathCheck("hub")
-    lexical, lexical_roots = _lexical(raw), [_lexical(r) for r in roots]
+    lexical, lexical_roots = _lexical(value), [_lexical(r) for r in roots]
     fix = f"use a path inside {_roots_text(lexical_roots)} or add its root to {env_var}"
     if not _inside(lexical, lexical_roots):
         why = (
             "escapes the allowed roots with '..'"
-            if ".." in raw.parts
+            if ".." in os.path.expanduser(value).split("/")
             else "is outside the allowed roots"
         )
         return _invalid(loc, f"{value!r} {why}", fix)
-    if not _inside(real_path(lexical), [real_path(r) for r in lexical_roots]):
+    if not _inside(real_text(lexical), [real_text(r) for r in lexical_roots]):
         return _invalid(loc, f"{value!r} is a symlink that leads outside the allowed roots", fix)
-    if must_exist and not lexical.exists():
+    if must_exist and not os.path.exists(lexical):
         hint = " (a hub name has the form org/name)" if allow_hub else ""
         return _invalid(
             loc, f"{value!r} does not exist", f"give an existing file or directory{hint}"
         )
-    return PathCheck("local", path=lexical)
+    return PathCheck("local", path=Path(lexical))
 
 
 def check_data_path(value: object, loc: str, roots: list[Path]) -> PathCheck:
@@ -190,7 +199,7 @@ def name_errors(value: object, loc: str, example: str) -> list[FieldError]:
     return []
 
 
-def _read_regular(real: Path, shown: Path, cap: int) -> tuple[bytes | None, str]:
+def _read_regular(real: str, shown: Path, cap: int) -> tuple[bytes | None, str]:
     """At most cap + 1 bytes of `real`, or why not. O_NONBLOCK: a FIFO must not hang us."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     try:
@@ -226,7 +235,7 @@ def read_bounded(
     """A file a recipe points at: its real path must stay inside `roots` (a symlink within
     them is fine, e.g. hub-cache snapshots into `blobs/`), and it must be a regular file of
     at most `cap` bytes; no more than cap + 1 bytes are ever read."""
-    real, real_roots = real_path(_lexical(file)), [real_path(_lexical(r)) for r in roots]
+    real, real_roots = real_text(_lexical(file)), [real_text(_lexical(r)) for r in roots]
     if not _inside(real, real_roots):
         msg = f"{file} is a symlink that leads outside the allowed roots"
         return None, [FieldError(loc, msg, f"keep the file inside {_roots_text(real_roots)}")]
@@ -242,11 +251,11 @@ _SMALL: dict[str, tuple[tuple[int, ...], bytes]] = {}
 SMALL_FILE_BYTES, SMALL_FILES = 64 << 10, 256
 
 
-def _read_small(real: Path, shown: Path, cap: int) -> tuple[bytes | None, str]:
+def _read_small(real: str, shown: Path, cap: int) -> tuple[bytes | None, str]:
     """`_read_regular`, answered from `_SMALL` when one `lstat` shows the same regular file
     (device, inode, size, mtime and ctime in ns): every submit of a model reads its
     config.json, and one stat is cheaper than open, fstat, two reads and a close."""
-    key = os.fspath(real)
+    key = real
     try:
         info = os.lstat(key)
     except OSError:

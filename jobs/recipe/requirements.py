@@ -13,11 +13,12 @@ warns when the local interpreter lacks one (`local_requirement_warnings`).
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jobs.recipe.errors import FieldError
 from jobs.recipe.target_table import TARGETS
+from jobs.recipe.targets import target_mappings
 from jobs.recipe.trackers import TRACKER_PACKAGES
 
 # Import name -> how an operator installs it on a worker.
@@ -32,25 +33,13 @@ INSTALL = {
 OPTIONAL_PACKAGES = tuple(sorted(INSTALL))
 
 
-def _targets(value: Any, loc: str) -> Iterator[tuple[str, str]]:
-    """(loc, target name) of every `_target_` in a section, nested ones included."""
-    if isinstance(value, Mapping):
-        target = value.get("_target_")
-        if isinstance(target, str):
-            yield loc, target
-        for key, item in value.items():
-            yield from _targets(item, f"{loc}.{key}")
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _targets(item, f"{loc}.{index}")
-
-
 def requirement_sources(normalized: Mapping[str, Any]) -> dict[str, str]:
     """Each required package and the first field that requires it."""
     found: dict[str, str] = {}
     for name, section in normalized.items():
-        for loc, target in _targets(section, name):
-            spec = TARGETS.get(target)
+        for loc, mapping in target_mappings(section, name):
+            target = mapping["_target_"]
+            spec = TARGETS.get(target) if isinstance(target, str) else None
             for package in sorted(spec.requires if spec else ()):
                 found.setdefault(package, f"{loc}._target_")
     for section, package in TRACKER_PACKAGES.items():

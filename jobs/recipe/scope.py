@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.recipe.errors import FieldError
-from jobs.recipe.paths import read_bounded, real_path
+from jobs.recipe.paths import read_bounded, real_text
 
 CHECKPOINTS_DIR = "checkpoints"  # <run dir>/checkpoints unless checkpoint.checkpoint_dir moves it
 LATEST_FILE = "LATEST"  # one line: the name of the newest complete step directory
@@ -58,13 +58,13 @@ def checkpoints_of(runs_dir: Path, job_id: str, scope: JobScope) -> Path:
     return Path(own) if own else run_dir_of(runs_dir, job_id) / CHECKPOINTS_DIR
 
 
-def _run_under(path: Path, runs: Path) -> str | None:
-    """The run directory name `path` lies in ('' for the runs dir itself), None if outside."""
-    try:
-        parts = path.relative_to(runs).parts
-    except ValueError:
-        return None
-    return parts[0] if parts else ""
+def _run_under(path: str, runs: str) -> str | None:
+    """The run directory name `path` lies in ('' for the runs dir itself), None if outside
+    (absolute, normalized paths as text)."""
+    if path == runs:
+        return ""
+    prefix = runs if runs.endswith("/") else runs + "/"
+    return path[len(prefix) :].split("/", 1)[0] if path.startswith(prefix) else None
 
 
 def confinement_errors(
@@ -74,10 +74,11 @@ def confinement_errors(
     run of one of the project's jobs."""
     if scope is None:
         return []
-    lexical_runs = Path(os.path.normpath(runs_dir.expanduser().absolute()))
+    lexical_runs = os.path.normpath(os.path.abspath(os.path.expanduser(runs_dir)))
+    text = os.fspath(path)
     pairs = (
-        (Path(os.path.normpath(path)), lexical_runs),
-        (real_path(path), real_path(lexical_runs)),
+        (os.path.normpath(text), lexical_runs),
+        (real_text(text), real_text(lexical_runs)),
     )
     fix = f"use the run directory of a job of project {scope.project}, or the checkpoint roots"
     for candidate, runs in pairs:

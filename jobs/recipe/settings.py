@@ -9,6 +9,7 @@ contract never needs to know about a database.
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,13 @@ def _default_home() -> Path:
 
 
 def _split_roots(value: str | None) -> list[Path]:
-    if not value:
-        return []
-    return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
+    return list(_roots_of(value)) if value else []
+
+
+@lru_cache(maxsize=64)
+def _roots_of(value: str) -> tuple[Path, ...]:
+    # Asked several times per validation, of the same few settings values.
+    return tuple(Path(p).expanduser() for p in value.split(os.pathsep) if p.strip())
 
 
 def _hub_offline_env() -> bool:

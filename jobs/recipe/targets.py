@@ -209,16 +209,34 @@ def _or(kinds: frozenset[str]) -> str:
     return " or ".join(sorted(kinds))
 
 
-def target_locations(value: Any, loc: str) -> Iterator[str]:
+_LEAVES = frozenset((str, int, float, bool, type(None)))  # (by exact type: one lookup)
+
+
+def target_mappings(value: Any, loc: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """(location, mapping) of every mapping with a `_target_` key in `value`, nested ones
+    and lists included, in document order."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    _collect_targets(value, loc, found)
+    return found
+
+
+def target_locations(value: Any, loc: str) -> list[str]:
     """The location of every mapping with a `_target_` key in `value` (lists included)."""
+    return [where for where, _ in target_mappings(value, loc)]
+
+
+def _collect_targets(value: Any, loc: str, found: list[tuple[str, Mapping[str, Any]]]) -> None:
+    # Only containers are visited and their locations spelled: most values are leaves.
     if isinstance(value, Mapping):
         if "_target_" in value:
-            yield loc
+            found.append((loc, value))
         for key, item in value.items():
-            yield from target_locations(item, f"{loc}.{key}" if loc else str(key))
-    elif isinstance(value, list | tuple):
+            if type(item) not in _LEAVES:
+                _collect_targets(item, f"{loc}.{key}" if loc else str(key), found)
+    elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            yield from target_locations(item, f"{loc}.{index}")
+            if type(item) not in _LEAVES:
+                _collect_targets(item, f"{loc}.{index}", found)
 
 
 def stray_target_errors(value: Any, loc: str) -> list[FieldError]:

@@ -310,12 +310,11 @@ def build_recipe(
         "tokens_per_step": plan.get("tokens_per_step"),
         "kd_ratio": normalized.get("kd_ratio"),
     }
-    for f in dataclasses.fields(Recipe):
-        if f.name in sections:
+    for name, _, inner in _load_plan(Recipe):
+        if name in sections:
             continue
-        raw = normalized.get(f.name)
-        inner = _dataclass_of(_hints(Recipe)[f.name])
-        sections[f.name] = None if raw is None else _load(inner, raw, f"{f.name}.")
+        raw = normalized.get(name)
+        sections[name] = None if raw is None else _load(inner, raw, f"{name}.")
     return Recipe(**sections)
 
 
@@ -335,13 +334,22 @@ def recipe_sections(stored: dict[str, Any]) -> dict[str, Any]:
     return sections
 
 
+_PLAIN = frozenset((str, int, float, bool, type(None)))  # leaves, by exact type
+
+
 def _dump(value: Any) -> Any:
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, TargetCall):
         return value.to_json()
     names = _field_names(type(value))
     if names is None:
         return value
-    return {name: _dump(getattr(value, name)) for name in names}
+    out = {}
+    for name in names:
+        item = getattr(value, name)
+        out[name] = item if type(item) in _PLAIN else _dump(item)
+    return out
 
 
 @cache

@@ -80,9 +80,12 @@ class ValidationResult:
 
 
 def load_recipe(
-    recipe: dict[str, Any] | str | Path,
+    recipe: dict[str, Any] | str | Path, handed_over: bool = False
 ) -> tuple[dict[str, Any] | None, list[FieldError]]:
-    """A recipe dict from a dict, YAML/JSON text, or a file path, within `jobs.recipe.bounds`."""
+    """A recipe dict from a dict, YAML/JSON text, or a file path, within `jobs.recipe.bounds`.
+    A dict `handed_over` (bounds checked, never read again by its giver) is used as it is."""
+    if isinstance(recipe, dict) and handed_over:
+        return recipe, []
     if isinstance(recipe, dict):  # checked before copying: a deep one would crash deepcopy
         out_of_bounds = check_bounds(recipe)
         return (None, out_of_bounds) if out_of_bounds else (copy.deepcopy(recipe), [])
@@ -191,6 +194,7 @@ def validate_job(
     scope: JobScope | None = None,
     device_memory: int | None = None,
     flops_per_rank: float | None = None,
+    handed_over: bool = False,
 ) -> ValidationResult:
     """Check everything about a job; never raises for bad input.
 
@@ -198,21 +202,24 @@ def validate_job(
     `scope` is the caller's project (the server's): run-dir paths stay in its own runs.
     `device_memory` (bytes per device, the queue's workers' or a declared one) refuses a
     job whose memory estimate cannot fit (`jobs.recipe.memory_fit`); `flops_per_rank` is
-    the queue's learned throughput behind the estimate's time.
+    the queue's learned throughput behind the estimate's time. `handed_over`: a recipe
+    dict the caller has bounded (`check_bounds`) and gives away; it is normalized in place
+    instead of copied (the API's request body).
     """
     settings = settings or RecipeSettings()
     if allow_remote_code and not settings.allow_remote_code:
         settings = settings.model_copy(update={"allow_remote_code": True})
     res, errors = coerce_resources(resources)
-    data, load_errors = load_recipe(recipe)
+    data, load_errors = load_recipe(recipe, handed_over)
     pairs, override_errors = _overrides(overrides)
     errors += load_errors + override_errors
     if data is None:
         return ValidationResult(False, errors, build_plan(None, None, res, None))
     if is_stored_recipe(data):  # a recipe this service stored: its sections, re-checked
         data = recipe_sections(data)
-    data, apply_errors = apply_overrides(data, pairs)
-    errors += apply_errors
+    if pairs:  # `data` is this call's own (parsed, copied or handed over)
+        data, apply_errors = apply_overrides(data, pairs)
+        errors += apply_errors
     with one_view():
         normalized, setup, info, recipe_errors, warnings = normalize_recipe(
             data, res, settings, scope

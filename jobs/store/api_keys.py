@@ -101,7 +101,8 @@ def verify_key(session: Session, raw_key: str) -> Principal | None:
     """The principal for a presented key, or None if unknown or revoked."""
     if not raw_key.startswith(KEY_PREFIX):
         return None
-    row = session.execute(_KEY_LOOKUP, {"key_hash": hash_key(raw_key)}).first()
+    # Core on the session's connection: a column read needs none of the ORM's execution.
+    row = session.connection().execute(_KEY_LOOKUP, {"key_hash": hash_key(raw_key)}).first()
     if row is None or row.revoked_at is not None:
         return None
     return Principal(row.project_id, row.name, row.role, row.id, bool(row.allow_remote_code))

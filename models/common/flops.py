@@ -14,6 +14,7 @@ fields as a plain dict.
 from __future__ import annotations
 
 import fnmatch
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,10 +49,33 @@ def family_of(config: Any) -> str | None:
 
 def model_weights(config: Any, family: str | None = None) -> list[Weight]:
     """Every weight of the model `config` describes; `family` is the registry row's (read
-    from the config when not given). Unregistered families are counted Llama-style."""
+    from the config when not given). Unregistered families are counted Llama-style.
+
+    A plain-dict config's list is kept by its content: a submit asks for it three times
+    (parameter count, FLOPs, memory estimate), and every job of one model the same."""
     family = family or family_of(config)
+    key = _content_key(config, family) if isinstance(config, dict) else None
+    kept = _WEIGHTS.get(key) if key is not None else None
+    if kept is not None:
+        return list(kept)
     build: Callable[[Any], list[Weight]] = FAMILY_WEIGHTS.get(family or "", dense_weights)
-    return build(config)
+    weights = build(config)
+    if key is not None:
+        if len(_WEIGHTS) >= _WEIGHTS_KEPT:
+            _WEIGHTS.clear()
+        _WEIGHTS[key] = tuple(weights)
+    return weights
+
+
+_WEIGHTS: dict[str, tuple[Weight, ...]] = {}
+_WEIGHTS_KEPT = 256
+
+
+def _content_key(config: dict[str, Any], family: str | None) -> str | None:
+    try:
+        return json.dumps([config, family], sort_keys=True, allow_nan=True)
+    except (TypeError, ValueError):  # not JSON-like (non-string keys, objects): not kept
+        return None
 
 
 def param_count(config: Any, family: str | None = None) -> int:
