@@ -85,7 +85,11 @@ def real_text(text: str) -> str:
         return os.path.realpath(text)
     # `..` is resolved after the links before it, never lexically
     absolute = text if os.path.isabs(text) else os.path.join(os.getcwd(), text)
-    return _resolve(absolute, memo, set())
+    whole = "\0" + absolute  # the answer for the whole path (no path holds a NUL)
+    found = memo.get(whole)
+    if found is None:
+        found = memo[whole] = _resolve(absolute, memo, set())
+    return found
 
 
 def _resolve(path: str, memo: dict[str, str], following: set[str]) -> str:

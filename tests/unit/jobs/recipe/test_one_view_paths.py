@@ -89,3 +89,30 @@ def test_a_kept_small_file_is_read_again_once_it_changes(tmp_path: Path) -> None
     os.mkfifo(config)  # no longer a regular file: refused, never served from memory
     data, errors = read_bounded(config, "model", [tmp_path], 1024)
     assert data is None and "not a regular file" in errors[0].msg
+
+
+def test_a_whole_path_is_answered_once_per_view_and_again_in_the_next(tree: Path) -> None:
+    link = tree / "data" / "swapped"
+    os.symlink("sub", link)
+    with one_view():
+        assert real_path(link) == tree / "data" / "sub"
+        link.unlink()
+        os.symlink("../other", link)
+        assert real_path(link) == tree / "data" / "sub"  # one view: the first look holds
+    with one_view():
+        assert real_path(link) == tree / "other"
+
+
+def test_roots_contain_their_subpaths_only_not_siblings_sharing_a_prefix(tmp_path: Path) -> None:
+    from jobs.recipe.paths import check_path
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data2").mkdir()
+    (tmp_path / "data" / "x").mkdir()
+    roots = [tmp_path / "data"]
+    assert check_path(str(tmp_path / "data2"), "dataset.path", roots).kind == "invalid"
+    assert check_path(str(tmp_path / "data" / "x"), "dataset.path", roots).kind == "local"
+    assert check_path(str(tmp_path / "data"), "dataset.path", roots).kind == "local"
+    assert check_path(str(tmp_path / "data2"), "dataset.path", [Path("/")]).kind == "local"
+    escape = check_path(str(tmp_path / "data" / ".." / "data2"), "dataset.path", roots)
+    assert escape.kind == "invalid" and "'..'" in escape.errors[0].msg

@@ -78,3 +78,24 @@ def test_what_this_interpreter_has():
     [warning] = local_requirement_warnings({"no_such_package_xyz": "optimizer._target_"})
     assert "this interpreter cannot import" in warning.msg
     assert local_requirement_warnings({"json": "x"}) == []
+
+
+def test_targets_are_found_under_lists_tuples_and_deep_mappings_in_document_order():
+    from jobs.recipe.targets import target_locations, target_mappings
+
+    section = {
+        "a": 1, "b": None, "c": "x", "d": 2.5, "e": True,
+        "list": [0, {"_target_": "dion.Muon"}, ["s", {"inner": {"_target_": TE_ADAM}}]],
+        "tup": ({"_target_": "flashoptim.FlashAdamW"},),
+        "odd": {"_target_": ["not", "a", "name"]},  # not a name: found, requires nothing
+    }  # fmt: skip
+    assert target_locations(section, "opt") == [
+        "opt.list.1", "opt.list.2.1.inner", "opt.tup.0", "opt.odd",
+    ]  # fmt: skip
+    assert target_locations({"x": {"_target_": "t"}}, "") == ["x"]
+    assert [m["_target_"] for _, m in target_mappings(section, "opt")][:2] == ["dion.Muon", TE_ADAM]
+    assert requirement_sources({"optimizer": section}) == {
+        "dion": "optimizer.list.1._target_",
+        "transformer_engine": "optimizer.list.2.1.inner._target_",
+        "flashoptim": "optimizer.tup.0._target_",
+    }
