@@ -10,6 +10,7 @@ logs that at start, loudly when the database is not the embedded SQLite default.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 from collections.abc import AsyncIterator
@@ -82,7 +83,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # queue on the GIL, each request's latency growing with every thread it shares the
         # GIL with. Waiting in the limiter's FIFO instead keeps the tail near the median.
         anyio.to_thread.current_default_thread_limiter().total_tokens = max(1, settings.api_threads)
-        yield
+        # What start-up built (modules, routes, the broker client) lives as long as the
+        # process: frozen out of the cyclic collector, a full collection walks only what
+        # requests made instead of ~100k long-lived objects (~60 ms holding the GIL, every
+        # few hundred submits).
+        gc.collect()
+        gc.freeze()
+        try:
+            yield
+        finally:
+            gc.unfreeze()
 
     app = FastAPI(title="tuneyard", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
                   responses=COMMON_ERRORS, generate_unique_id_function=operation_id)  # fmt: skip

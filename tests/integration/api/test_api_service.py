@@ -20,6 +20,16 @@ def test_readyz_checks_database_and_redis(client) -> None:
     assert answer.json()["checks"] == {"database": "ok", "broker": "ok", "broker_client": "ok"}
 
 
+def test_start_up_objects_are_frozen_out_of_the_collector_while_serving(stack) -> None:
+    import gc
+
+    gc.unfreeze()
+    with TestClient(create_app(stack.settings)) as client:
+        assert client.get("/healthz").status_code == 200
+        assert gc.get_freeze_count() > 10_000  # modules, routes, the broker client
+    assert gc.get_freeze_count() == 0  # handed back at shutdown
+
+
 def test_readyz_is_503_when_the_broker_is_down(stack) -> None:
     settings = stack.settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/1"})
     with TestClient(create_app(settings)) as client:
