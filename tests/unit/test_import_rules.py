@@ -52,7 +52,8 @@ ALLOWED: dict[str, Allowed] = {
     "jobs/recipe": allow(
         {*PYDANTIC, "yaml", "jobs.recipe", "models.registry", "models.common.flops"}
     ),
-    "jobs/store": allow({"sqlalchemy", "jobs.store", *JOBS_RECIPE}, {"alembic"}),
+    # orjson: the engine's JSON column codec (a submit writes a few KB of JSON)
+    "jobs/store": allow({"sqlalchemy", "orjson", "jobs.store", *JOBS_RECIPE}, {"alembic"}),
     "jobs/orchestration": allow({"sqlalchemy", "jobs.orchestration", "jobs.store", *JOBS_RECIPE}),
     "jobs/broker.py": allow({"sqlalchemy", "jobs.store"}, {"celery", "kombu", "redis"}),
     "jobs/__init__.py": allow(set()),
