@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 
 from api.deps import (
-    CapacityDep,
     PresentedKey,
     Reader,
     ReleasingRoute,
@@ -18,6 +17,7 @@ from api.deps import (
     SettingsDep,
     Submitter,
     principal_with_role,
+    route_session,
 )
 from api.errors import ApiError, InvalidRequest, not_found
 from api.pages import CURSOR_DOC, numeric_cursor
@@ -112,11 +112,8 @@ def find_job(session: SessionDep, principal: Principal, job_id: str) -> Job:
 )  # fmt: skip
 def create_job(
     body: JobCreate,
-    response: Response,
+    request: Request,
     creds: PresentedKey,
-    session: SessionDep,
-    settings: SettingsDep,
-    capacity: CapacityDep,
     idempotency_key: Annotated[
         str | None,
         Header(alias="Idempotency-Key", min_length=1, max_length=255,
@@ -129,27 +126,31 @@ def create_job(
     without validating again: a job accepted once stays accepted (its data may have moved).
     Everything runs in this one threadpool call, the key lookup included.
     """
-    principal = principal_with_role(settings, session, creds, "submit")
-    try:
-        replayed = replayed_job(session, principal, idempotency_key, body)
-    except store.IdempotencyConflict as exc:
-        raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
-    if replayed is not None:
-        response.status_code = 200
-        return job_public(replayed, principal.project_name)
-    checked = check_request(body, settings, principal, session, capacity)
-    try:
-        job, created = store.create_job(
-            session, principal.project_id, new_job(body, checked, idempotency_key),
-            looked_up=True, dispatching=True,
-        )  # fmt: skip
-    except store.IdempotencyConflict as exc:
-        raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
-    if created:
-        send_new_job(session, job, settings)
+    with route_session(request) as (settings, session, capacity):
+        principal = principal_with_role(settings, session, creds, "submit")
+        try:
+            replayed = replayed_job(session, principal, idempotency_key, body)
+        except store.IdempotencyConflict as exc:
+            raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
+        if replayed is not None:
+            return _job_answer(replayed, principal.project_name, 200)
+        checked = check_request(body, settings, principal, session, capacity)
+        try:
+            job, created = store.create_job(
+                session, principal.project_id, new_job(body, checked, idempotency_key),
+                looked_up=True, dispatching=True,
+            )  # fmt: skip
+        except store.IdempotencyConflict as exc:
+            raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
+        if created:
+            send_new_job(session, job, settings)
+        return _job_answer(job, principal.project_name, 201 if created else 200)
+
+
+def _job_answer(job: Job, project: str, status: int) -> Response:
     # Written here: FastAPI would validate the model it was just built from a second time.
-    return Response(job_public(job, principal.project_name).model_dump_json(),
-                    status_code=201 if created else 200, media_type="application/json")  # fmt: skip
+    return Response(job_public(job, project).model_dump_json(), status_code=status,
+                    media_type="application/json")  # fmt: skip
 
 
 @router.post(
@@ -158,13 +159,11 @@ def create_job(
     summary="Validate a job without storing it",
     responses={**INVALID, **AUTH_ERRORS},
 )
-def validate_job(
-    body: JobCreate, creds: PresentedKey, session: SessionDep, settings: SettingsDep,
-    capacity: CapacityDep,
-) -> ValidateOut:  # fmt: skip
+def validate_job(body: JobCreate, request: Request, creds: PresentedKey) -> ValidateOut:
     """The same checks as submit; answers the plan, or 422 with every field error."""
-    principal = principal_with_role(settings, session, creds, "submit")
-    checked = check_request(body, settings, principal, session, capacity)
+    with route_session(request) as (settings, session, capacity):
+        principal = principal_with_role(settings, session, creds, "submit")
+        checked = check_request(body, settings, principal, session, capacity)
     return ValidateOut(valid=True, errors=[], warnings=checked.plan.get("warnings") or [],
                        plan=checked.plan, recipe=checked.recipe, queue=checked.queue)  # fmt: skip
 

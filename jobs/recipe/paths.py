@@ -50,10 +50,7 @@ def names_hub_repo(value: str, base: Path | None = None) -> bool:
 
 def _inside(path: str, roots: list[str]) -> bool:
     """`path` is one of `roots` or lies under one (absolute, normalized paths as text)."""
-    for root in roots:
-        if path == root or root == "/" or path.startswith(root + "/"):
-            return True
-    return False
+    return any(path == root or root == "/" or path.startswith(root + "/") for root in roots)
 
 
 # Inside `one_view()`: each path string resolved once, then answered from this memo.
