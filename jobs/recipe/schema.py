@@ -12,6 +12,7 @@ top-level `seed` -> `rng.seed`, `checkpoint.restore_from` -> `restore_from`.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -326,8 +327,8 @@ def check_fixed_section(name: str, value: Any) -> tuple[dict[str, Any] | None, l
     """Validate one fixed section; returns its canonical dict (defaults filled) or errors."""
     cls = FIXED_SECTIONS.get(name) or (PeftSection if name == "peft" else None)
     assert cls is not None, name
-    if value is None:
-        value = {}
+    if value is None or (isinstance(value, dict) and not value):
+        return _fresh(_default_section(cls)), []
     if not isinstance(value, dict):
         return None, [FieldError(name, "must be a mapping", f"write {name}: as a YAML mapping")]
     section = dict(value)
@@ -348,6 +349,22 @@ def check_fixed_section(name: str, value: Any) -> tuple[dict[str, Any] | None, l
             )
         )
     return model.model_dump(mode="json"), errors
+
+
+@cache
+def _default_section(cls: type[Section]) -> dict[str, Any]:
+    """An absent section's canonical dict (its defaults), worked out once per class: most
+    recipes leave most fixed sections out. Callers get a `_fresh` copy to fill in."""
+    return cls.model_validate({}).model_dump(mode="json")
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of a JSON-like value's containers (its leaves are immutable)."""
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    return value
 
 
 def unknown_top_level(recipe: dict[str, Any]) -> list[FieldError]:
