@@ -145,3 +145,12 @@ def test_sync_routes_run_on_the_configured_number_of_threads(stack) -> None:
     with TestClient(create_app(settings)) as client:
         limiter = client.portal.call(anyio.to_thread.current_default_thread_limiter)
         assert limiter.total_tokens == 3
+
+
+def test_uvicorn_parses_http_with_httptools() -> None:
+    """A declared dependency: uvicorn's `auto` picks its C parser only when importable."""
+    from uvicorn.config import Config
+
+    config = Config("api.main:app", log_config=None)
+    config.load()
+    assert config.http_protocol_class.__name__ == "HttpToolsProtocol"
