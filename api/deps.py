@@ -171,8 +171,8 @@ def read_session(factory: sessionmaker[Session]) -> Iterator[Session]:
 def route_session(request: Request) -> Iterator[tuple[Settings, Session, CapacityCache]]:
     """The app's settings, a new session (closed on leaving) and the capacity cache, for a
     sync route that does all its work in its one threadpool call. Read from the app's
-    state there, not resolved as three dependencies on the event loop: under load
-    FastAPI's dependency solving was a fifth of a submit's event-loop time."""
+    state there, not resolved as three dependencies on the event loop: FastAPI's
+    dependency solving was the largest part of a submit's event-loop work (cProfile)."""
     state = request.app.state
     with state.session_factory() as session:
         yield state.settings, session, state.capacity

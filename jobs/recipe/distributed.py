@@ -22,6 +22,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from jobs.recipe.distributed_rules import ParallelismSizes, check_topology
 from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean
+from jobs.recipe.plain import field_names
 from jobs.recipe.schema_errors import field_errors
 
 LOC = "distributed"
@@ -321,16 +322,11 @@ class DistributedSetup:
         }
 
 
-@cache
-def _field_names(kind: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(kind))
-
-
 def _plain(obj: Any) -> dict[str, Any]:
     """`dataclasses.asdict` for these frozen configs, whose values are immutable (scalars,
     tuples, nested configs): no deep copies, field names looked up once per class."""
     out = {}
-    for name in _field_names(type(obj)):
+    for name in field_names(type(obj)) or ():
         value = getattr(obj, name)
-        out[name] = _plain(value) if hasattr(type(value), "__dataclass_fields__") else value
+        out[name] = value if field_names(type(value)) is None else _plain(value)
     return out

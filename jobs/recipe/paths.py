@@ -256,20 +256,19 @@ def _read_small(real: str, shown: Path, cap: int) -> tuple[bytes | None, str]:
     """`_read_regular`, answered from `_SMALL` when one `lstat` shows the same regular file
     (device, inode, size, mtime and ctime in ns): every submit of a model reads its
     config.json, and one stat is cheaper than open, fstat, two reads and a close."""
-    key = real
     try:
-        info = os.lstat(key)
+        info = os.lstat(real)
     except OSError:
         info = None
     version = (
         (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns) if info else ()
     )
-    kept = _SMALL.get(key)
+    kept = _SMALL.get(real)
     if info is not None and stat.S_ISREG(info.st_mode) and kept and kept[0] == version:
         return (kept[1], "") if len(kept[1]) <= cap else _read_regular(real, shown, cap)
     data, why = _read_regular(real, shown, cap)
     if data is not None and version and len(data) <= SMALL_FILE_BYTES:
         if len(_SMALL) >= SMALL_FILES:
             _SMALL.clear()
-        _SMALL[key] = (version, data)
+        _SMALL[real] = (version, data)
     return data, why

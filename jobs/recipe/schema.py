@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobs.recipe.automodel_sections import recipe_family_error
 from jobs.recipe.errors import FieldError, did_you_mean
+from jobs.recipe.plain import fresh
 from jobs.recipe.recovery import RecoverySection
 from jobs.recipe.schema_errors import field_errors
 
@@ -328,7 +329,7 @@ def check_fixed_section(name: str, value: Any) -> tuple[dict[str, Any] | None, l
     cls = FIXED_SECTIONS.get(name) or (PeftSection if name == "peft" else None)
     assert cls is not None, name
     if value is None or (isinstance(value, dict) and not value):
-        return _fresh(_default_section(cls)), []
+        return fresh(_default_section(cls)), []
     if not isinstance(value, dict):
         return None, [FieldError(name, "must be a mapping", f"write {name}: as a YAML mapping")]
     section = dict(value)
@@ -354,17 +355,8 @@ def check_fixed_section(name: str, value: Any) -> tuple[dict[str, Any] | None, l
 @cache
 def _default_section(cls: type[Section]) -> dict[str, Any]:
     """An absent section's canonical dict (its defaults), worked out once per class: most
-    recipes leave most fixed sections out. Callers get a `_fresh` copy to fill in."""
+    recipes leave most fixed sections out. Callers get a `fresh` copy to fill in."""
     return cls.model_validate({}).model_dump(mode="json")
-
-
-def _fresh(value: Any) -> Any:
-    """A copy of a JSON-like value's containers (its leaves are immutable)."""
-    if isinstance(value, dict):
-        return {k: _fresh(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_fresh(v) for v in value]
-    return value
 
 
 def unknown_top_level(recipe: dict[str, Any]) -> list[FieldError]:

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean
+from jobs.recipe.plain import LEAVES
 from jobs.recipe.schema_errors import field_errors
 from jobs.recipe.target_table import CANONICAL, KWARG_SYNONYMS, TARGETS, TargetSpec
 
@@ -209,9 +210,6 @@ def _or(kinds: frozenset[str]) -> str:
     return " or ".join(sorted(kinds))
 
 
-_LEAVES = frozenset((str, int, float, bool, type(None)))  # (by exact type: one lookup)
-
-
 def target_mappings(value: Any, loc: str) -> list[tuple[str, Mapping[str, Any]]]:
     """(location, mapping) of every mapping with a `_target_` key in `value`, nested ones
     and lists included, in document order."""
@@ -231,11 +229,11 @@ def _collect_targets(value: Any, loc: str, found: list[tuple[str, Mapping[str, A
         if "_target_" in value:
             found.append((loc, value))
         for key, item in value.items():
-            if type(item) not in _LEAVES:
+            if type(item) not in LEAVES:
                 _collect_targets(item, f"{loc}.{key}" if loc else str(key), found)
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            if type(item) not in _LEAVES:
+            if type(item) not in LEAVES:
                 _collect_targets(item, f"{loc}.{index}", found)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from jobs.recipe.plain import LEAVES, field_names
 from jobs.recipe.trackers import Mlflow, Wandb
 
 FORMAT = 2  # bump when a field changes meaning or is added; from_json refuses other formats
@@ -334,28 +335,19 @@ def recipe_sections(stored: dict[str, Any]) -> dict[str, Any]:
     return sections
 
 
-_PLAIN = frozenset((str, int, float, bool, type(None)))  # leaves, by exact type
-
-
 def _dump(value: Any) -> Any:
-    if type(value) in _PLAIN:
+    if type(value) in LEAVES:
         return value
     if isinstance(value, TargetCall):
         return value.to_json()
-    names = _field_names(type(value))
+    names = field_names(type(value))
     if names is None:
         return value
     out = {}
     for name in names:
         item = getattr(value, name)
-        out[name] = item if type(item) in _PLAIN else _dump(item)
+        out[name] = item if type(item) in LEAVES else _dump(item)
     return out
-
-
-@cache
-def _field_names(cls: type) -> tuple[str, ...] | None:
-    """A dataclass's field names (None for any other type): asked for every value dumped."""
-    return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
 
 
 @cache

@@ -194,3 +194,15 @@ def test_normalized_recipe_validates_again_unchanged(validate, recipe):
 def test_a_key_given_twice_is_an_error(validate):
     result = validate("optimizer:\n  lr: 1.0e-5\n  lr: 2.0e-5\n")
     assert locs(result) == ["<recipe>"] and "'lr' is given twice" in result.errors[0].msg
+
+
+def test_an_absent_sections_defaults_are_a_fresh_copy_each_time():
+    from jobs.recipe.schema import check_fixed_section
+
+    first, errors = check_fixed_section("dataloader", None)
+    assert errors == []
+    first["batch_size"] = 999
+    first.setdefault("extra", []).append(1)
+    again, _ = check_fixed_section("dataloader", {})
+    assert again != first and "extra" not in again
+    assert again == check_fixed_section("dataloader", {"batch_size": again.get("batch_size")})[0]
