@@ -121,6 +121,12 @@ def _principal(
     shared: bool = False,
 ) -> Principal:  # fmt: skip
     if not settings.auth_enabled:
+        bind = session.get_bind()
+        if isinstance(bind, Connection):  # autocommit: the create needs its own transaction
+            with Session(bind=bind.engine) as own:
+                principal = default_principal(own)
+                own.commit()  # it may have created the default project
+            return principal
         principal = default_principal(session)
         session.commit()  # it may have created the default project
         return principal
@@ -152,9 +158,10 @@ PresentedKey = Annotated[HTTPAuthorizationCredentials | None, Depends(presented_
 
 @contextlib.contextmanager
 def read_session(factory: sessionmaker[Session]) -> Iterator[Session]:
-    """A session for a read-only route that does all its work in one threadpool call: on
-    PostgreSQL one pooled connection in autocommit (no BEGIN, no COMMIT), on SQLite a plain
-    session whose read transaction ends when it closes."""
+    """A session for a route that does all its work in one threadpool call: on PostgreSQL
+    one pooled connection in autocommit (no BEGIN, no COMMIT: each statement is its own
+    transaction, so a route that writes makes each write one statement), on SQLite a plain
+    session whose transaction ends when it commits or closes."""
     engine = factory.kw["bind"]
     if engine.dialect.name == "sqlite":
         with factory() as session:
@@ -169,12 +176,14 @@ def read_session(factory: sessionmaker[Session]) -> Iterator[Session]:
 
 @contextlib.contextmanager
 def route_session(request: Request) -> Iterator[tuple[Settings, Session, CapacityCache]]:
-    """The app's settings, a new session (closed on leaving) and the capacity cache, for a
-    sync route that does all its work in its one threadpool call. Read from the app's
+    """The app's settings, a `read_session` (closed on leaving) and the capacity cache, for
+    a sync route that does all its work in its one threadpool call. Read from the app's
     state there, not resolved as three dependencies on the event loop: FastAPI's
-    dependency solving was the largest part of a submit's event-loop work (cProfile)."""
+    dependency solving was the largest part of a submit's event-loop work (cProfile). On
+    PostgreSQL a submit is then two round trips: the key lookup and the one statement
+    that writes the job and its event (`jobs.store.queries.create_job`)."""
     state = request.app.state
-    with state.session_factory() as session:
+    with read_session(state.session_factory) as session:
         yield state.settings, session, state.capacity
 
 

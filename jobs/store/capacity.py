@@ -63,7 +63,7 @@ def queue_flops_per_rank(session: Session, queue: str) -> float | None:
             Job.queue == queue, Job.status == JobStatus.SUCCEEDED.value
         )
     ).one()
-    key = (str(session.get_bind().url), queue)
+    key = (str(session.get_bind().engine.url), queue)
     cached = _RATE_CACHE.get(key)
     if cached is not None and cached[0] == tuple(version):
         return cached[1]

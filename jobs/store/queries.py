@@ -80,6 +80,29 @@ def _replay_or_conflict(existing: Job, new: NewJob) -> Job:
 
 _INSERT_JOB = insert(Job.__table__)
 _INSERT_EVENT = insert(JobEvent.__table__)
+_EVENT_COLUMNS = ("attempt", "kind", "from_status", "to_status", "message", "data", "created_at")
+
+
+def _job_and_event_statement() -> Any:
+    """PostgreSQL: the job row and its `submitted` event as one statement, so that on an
+    autocommit connection a submit's write is one round trip and one transaction (no BEGIN,
+    no COMMIT): `WITH new_job AS (INSERT INTO jobs … RETURNING id) INSERT INTO job_events
+    SELECT new_job.id, … FROM new_job`. Every job column is a parameter; the event's are
+    prefixed `event_`."""
+    jobs, events = Job.__table__, JobEvent.__table__
+    new_job = (
+        insert(jobs)
+        .values({c.name: bindparam(c.name, type_=c.type) for c in jobs.c})
+        .returning(jobs.c.id)
+        .cte("new_job")
+    )
+    columns = [bindparam(f"event_{name}", type_=events.c[name].type) for name in _EVENT_COLUMNS]
+    return insert(events).from_select(
+        ["job_id", *_EVENT_COLUMNS], select(new_job.c.id, *columns).select_from(new_job)
+    )
+
+
+_INSERT_JOB_AND_EVENT = _job_and_event_statement()
 
 
 def create_job(
@@ -104,11 +127,19 @@ def create_job(
               "updated_at": now, "dispatched_at": now if dispatching else None,
               **dict.fromkeys(("lease_owner", "lease_expires_at", "error_code",
                                "error_message", "run_dir", "started_at", "finished_at"))}  # fmt: skip
+    event = {"attempt": 0, "kind": "submitted", "from_status": None,
+             "to_status": JobStatus.QUEUED.value, "message": "job submitted",
+             "data": {"queue": new.queue}, "created_at": now}  # fmt: skip
     # Core inserts on the session's connection: the answer needs no ORM identity, only the
     # values written (the ORM's bulk path costs more than the round trip).
     conn = session.connection()
     try:
-        conn.execute(_INSERT_JOB, values)
+        if conn.dialect.name == "postgresql":
+            conn.execute(_INSERT_JOB_AND_EVENT,
+                         {**values, **{f"event_{k}": v for k, v in event.items()}})  # fmt: skip
+        else:
+            conn.execute(_INSERT_JOB, values)
+            conn.execute(_INSERT_EVENT, {"job_id": values["id"], **event})
     except IntegrityError:
         # Another request with the same key won the race; its row is committed now.
         session.rollback()
@@ -116,11 +147,6 @@ def create_job(
         if existing is None:
             raise
         return _replay_or_conflict(existing, new), False
-    conn.execute(_INSERT_EVENT, {
-        "job_id": values["id"], "attempt": 0, "kind": "submitted", "from_status": None,
-        "to_status": JobStatus.QUEUED.value, "message": "job submitted",
-        "data": {"queue": new.queue}, "created_at": now,
-    })  # fmt: skip
     session.commit()
     return Job(**values), True
 

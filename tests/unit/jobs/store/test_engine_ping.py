@@ -56,3 +56,41 @@ def test_a_connection_back_a_moment_ago_is_not_pinged(pg_engine, monkeypatch):
     monkeypatch.setattr(engines, "PING_AFTER_IDLE_S", 0.0)
     _backend_pid(pg_engine)
     assert pings == [1]
+
+
+def test_the_pool_keeps_a_connection_per_api_thread(monkeypatch):
+    """Every API thread holding a connection at once, twice over: the second round reuses
+    the first round's connections (a pool smaller than the threadpool closes the extras on
+    check-in and connects afresh the next time)."""
+    import threading
+
+    from sqlalchemy import event
+
+    from jobs.store.settings import Settings
+    from pg_databases import create_pg_database, drop_pg_database
+
+    url = create_pg_database()
+    settings = Settings(database_url=url, api_threads=16)
+    assert engines.pool_size_for(settings) >= 16
+    monkeypatch.setattr(engines, "_engines", {})
+    engine = engines.get_engine(settings)
+    connects: list[int] = []
+    event.listen(engine, "connect", lambda *_: connects.append(1))
+    try:
+        for _ in range(2):
+            barrier = threading.Barrier(16)
+
+            def hold() -> None:
+                with engine.connect() as conn:
+                    conn.execute(text("SELECT 1"))
+                    barrier.wait(timeout=30)
+
+            threads = [threading.Thread(target=hold) for _ in range(16)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        assert len(connects) == 16
+    finally:
+        engine.dispose()
+        drop_pg_database(url)
