@@ -28,7 +28,7 @@ from jobs.recipe.bounds import check_bounds
 from jobs.recipe.errors import FieldError
 from jobs.recipe.requirements import requirement_errors
 from jobs.recipe.scope import JobScope
-from jobs.recipe.validation import validate_job
+from jobs.recipe.validation_memo import validate_cached
 from jobs.store import queries as store
 from jobs.store.api_keys import Principal
 from jobs.store.capacity import CapacityCache
@@ -139,7 +139,7 @@ def check_request(
     queue = queue_for(resources)
     memory, rate = capacity.get(session, queue)
     end_read(session)
-    result = validate_job(
+    result = validate_cached(
         _recipe_input(body), body.overrides, resources, settings, grant, scope=scope,
         device_memory=memory, flops_per_rank=rate, handed_over=body.recipe is not None,
     )  # fmt: skip

@@ -27,8 +27,9 @@ from jobs.broker import connect_broker, enqueue_job  # noqa: E402
 from jobs.store.engine import normalize_url  # noqa: E402
 from jobs.store.settings import get_settings  # noqa: E402
 
-engine = create_engine(normalize_url(os.environ["TUNEYARD_DATABASE_URL"]), pool_size=10,
-                       max_overflow=30)  # fmt: skip
+# One pooled connection per threadpool thread (anyio's default: 40), none opened per request.
+engine = create_engine(normalize_url(os.environ["TUNEYARD_DATABASE_URL"]), pool_size=40,
+                       max_overflow=10)  # fmt: skip
 settings = get_settings()
 app = FastAPI()
 KEY = text("SELECT k.project_id FROM api_keys k WHERE k.key_hash = :h AND k.revoked_at IS NULL")

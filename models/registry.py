@@ -71,6 +71,11 @@ _DEEPSEEK_V3 = ModelCapabilities(
 _REGISTRY: dict[str, ArchEntry] = {}
 
 
+def registry_version() -> list[int]:
+    """Changes whenever a row is added or replaced (what a cached validation checks)."""
+    return [id(entry) for entry in _REGISTRY.values()]
+
+
 def register(entry: ArchEntry, *, replace: bool = False) -> None:
     """Add an architecture (plugins call this). Refuses to shadow a row unless asked."""
     if entry.architecture in _REGISTRY and not replace:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.recipe.errors import FieldError
+from jobs.recipe.observe import glob_sorted, watch
 from jobs.recipe.model_config import hub_cache_root
 
 # Dataset keywords that name a model repository (a tokenizer), not a dataset repository.
@@ -33,7 +34,7 @@ def repo_type_of(loc: str) -> str:
 
 def is_cached(name: str, repo_type: str, cache: Path | None = None) -> bool:
     repo = (cache or hub_cache_root()) / f"{repo_type}s--{name.replace('/', '--')}"
-    return any((repo / "snapshots").glob("*/*"))
+    return bool(watch(glob_sorted, repo / "snapshots", "*/*", 1))
 
 
 def offline_errors(hub_fields: dict[str, Any], offline: bool) -> list[FieldError]:

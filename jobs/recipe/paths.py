@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.recipe.errors import FieldError
+from jobs.recipe.observe import watch
 
 HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 NAME_MAX_CHARS = 200
@@ -45,7 +46,7 @@ def names_hub_repo(value: str, base: Path | None = None) -> bool:
     """A hub id only if it reads as `org/name` and nothing by that name exists under `base`
     (the working directory): an existing relative path is a path, checked against the roots.
     A dangling symlink counts as existing, so it is refused as a path rather than looked up."""
-    return is_hub_name(value) and not os.path.lexists((base or Path.cwd()) / value)
+    return is_hub_name(value) and not watch(os.path.lexists, os.path.join(base or os.getcwd(), value))
 
 
 def _inside(path: str, roots: list[str]) -> bool:
@@ -79,14 +80,21 @@ def real_text(text: str) -> str:
     """`real_path` as text (validation compares paths as strings: no Path objects built)."""
     memo = _RESOLVED.get()
     if memo is None:
-        return os.path.realpath(text)
+        return watch(os.path.realpath, text)
     # `..` is resolved after the links before it, never lexically
     absolute = text if os.path.isabs(text) else os.path.join(os.getcwd(), text)
     whole = "\0" + absolute  # the answer for the whole path (no path holds a NUL)
     found = memo.get(whole)
     if found is None:
-        found = memo[whole] = _resolve(absolute, memo, set())
+        found = memo[whole] = watch(_resolved_in_view, absolute)
     return found
+
+
+def _resolved_in_view(absolute: str) -> str:
+    """`os.path.realpath` of an absolute path, through the view's memo when one is open
+    (`jobs.recipe.observe.replay` asks again outside any view)."""
+    memo = _RESOLVED.get()
+    return _resolve(absolute, memo, set()) if memo is not None else os.path.realpath(absolute)
 
 
 def _resolve(path: str, memo: dict[str, str], following: set[str]) -> str:
@@ -160,7 +168,7 @@ def check_path(
         return _invalid(loc, f"{value!r} {why}", fix)
     if not _inside(real_text(lexical), [real_text(r) for r in lexical_roots]):
         return _invalid(loc, f"{value!r} is a symlink that leads outside the allowed roots", fix)
-    if must_exist and not os.path.exists(lexical):
+    if must_exist and not watch(os.path.exists, lexical):
         hint = " (a hub name has the form org/name)" if allow_hub else ""
         return _invalid(
             loc, f"{value!r} does not exist", f"give an existing file or directory{hint}"
@@ -240,7 +248,7 @@ def read_bounded(
     if not _inside(real, real_roots):
         msg = f"{file} is a symlink that leads outside the allowed roots"
         return None, [FieldError(loc, msg, f"keep the file inside {_roots_text(real_roots)}")]
-    data, why = _read_small(real, file, cap)
+    data, why = watch(_read_small, real, file, cap)
     if data is None:
         return None, [FieldError(loc, why, f"give a regular file of at most {cap} bytes")]
     return data, []

@@ -90,3 +90,31 @@ def test_concurrent_first_enqueues_all_reach_the_broker():
     finally:
         client.delete(queue)
         client.close()
+
+
+def test_a_resubmitted_recipe_is_checked_against_the_files_again(client, stack, body):
+    """The second submit of a recipe is answered from the validation memo; once its
+    dataset is gone the same body is refused, and nothing is stored."""
+    import copy
+    import shutil
+    import uuid
+
+    from jobs.recipe import validation_memo
+
+    validation_memo.forget()
+    shared = Path(body["recipe"]["dataset"]["path_or_dataset"])
+    own = shared.parent / f"squad-{uuid.uuid4().hex[:8]}"  # inside the data root
+    shutil.copytree(shared, own)
+    body = copy.deepcopy(body)
+    body["recipe"]["dataset"]["path_or_dataset"] = str(own)
+    first = client.post("/v1/jobs", json=body, headers=stack.headers())
+    again = client.post("/v1/jobs", json={**body, "name": "again"}, headers=stack.headers())
+    assert first.status_code == again.status_code == 201, again.text
+    assert again.json()["plan"] == first.json()["plan"]
+    assert again.json()["recipe"] == first.json()["recipe"]
+    shutil.rmtree(body["recipe"]["dataset"]["path_or_dataset"])
+    listed = client.get("/v1/jobs", headers=stack.headers()).json()["data"]
+    refused = client.post("/v1/jobs", json={**body, "name": "gone"}, headers=stack.headers())
+    assert refused.status_code == 422, refused.text
+    assert "dataset.path_or_dataset" in [e["loc"] for e in refused.json()["errors"]]
+    assert client.get("/v1/jobs", headers=stack.headers()).json()["data"] == listed
