@@ -1,8 +1,9 @@
 """From a `JobCreate` body to a stored, queued job: validation, queue choice, enqueue.
 
-Validation is `jobs.recipe.validation.validate_job`, the same code `tuneyard validate` runs,
-given the caller's project as a `JobScope` (its jobs, from the database); its FieldErrors
-become the 422 body. The queue's capacity goes in too: the device memory its live workers
+Validation is `jobs.recipe.validation.validate_job`, the same code `tuneyard validate` runs
+(through `api.validation_memo`, which answers a repeated recipe when nothing it read has
+changed), given the caller's project as a `JobScope` (its jobs, from the database); its
+FieldErrors become the 422 body. The queue's capacity goes in too: the device memory its live workers
 advertise (a job whose estimate cannot fit is refused at `distributed`) and the throughput
 its finished jobs measured (the estimate's time), kept a few seconds per queue by the
 app's `CapacityCache`. A submit is one transaction: the job, its `submitted` event and its
@@ -23,12 +24,12 @@ from sqlalchemy.orm import Session
 from api.deps import end_read
 from api.errors import InvalidRequest
 from api.schemas import JobCreate
+from api.validation_memo import validate_cached
 from jobs.broker import dispatch_job, enqueue_job
 from jobs.recipe.bounds import check_bounds
 from jobs.recipe.errors import FieldError
 from jobs.recipe.requirements import requirement_errors
 from jobs.recipe.scope import JobScope
-from jobs.recipe.validation_memo import validate_cached
 from jobs.store import queries as store
 from jobs.store.api_keys import Principal
 from jobs.store.capacity import CapacityCache

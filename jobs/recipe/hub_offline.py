@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from jobs.recipe.errors import FieldError
-from jobs.recipe.observe import glob_sorted, watch
 from jobs.recipe.model_config import hub_cache_root
+from jobs.recipe.observe import glob_sorted, watch
 
 # Dataset keywords that name a model repository (a tokenizer), not a dataset repository.
 MODEL_KEYS = {"tokenizer_name_or_path", "pretrained_model_name_or_path"}

@@ -9,9 +9,10 @@ asks each kept call again: when every answer is the same, the validation it reco
 would decide the same way now. A read that cannot be asked again cheaply (the project's
 jobs in the database, for `restore_from` and run-dir confinement) calls `uncacheable()`.
 
-`tests/unit/jobs/recipe/test_validation_memo.py` runs validation with the filesystem calls
-of `os`, `os.path` and `open` patched to fail outside `watch` while a cacheable recording
-is open, so a new read that skips `watch` is caught there.
+The recipe tests validate every dict recipe through `api.validation_memo` with the
+filesystem calls of `os` and `open` patched (`tests/unit/jobs/recipe/fs_guard.py`) to
+fail outside `watch` while a cacheable recording is open: a new read that skips `watch`
+is caught there.
 """
 
 from __future__ import annotations

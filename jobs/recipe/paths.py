@@ -46,7 +46,9 @@ def names_hub_repo(value: str, base: Path | None = None) -> bool:
     """A hub id only if it reads as `org/name` and nothing by that name exists under `base`
     (the working directory): an existing relative path is a path, checked against the roots.
     A dangling symlink counts as existing, so it is refused as a path rather than looked up."""
-    return is_hub_name(value) and not watch(os.path.lexists, os.path.join(base or os.getcwd(), value))
+    return is_hub_name(value) and not watch(
+        os.path.lexists, os.path.join(base or os.getcwd(), value)
+    )
 
 
 def _inside(path: str, roots: list[str]) -> bool:

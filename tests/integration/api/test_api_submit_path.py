@@ -99,7 +99,7 @@ def test_a_resubmitted_recipe_is_checked_against_the_files_again(client, stack, 
     import shutil
     import uuid
 
-    from jobs.recipe import validation_memo
+    from api import validation_memo
 
     validation_memo.forget()
     shared = Path(body["recipe"]["dataset"]["path_or_dataset"])

@@ -16,9 +16,9 @@ import pytest
 from fs_guard import guarded
 from recipe_asserts import write_model_dir
 
+from api.validation_memo import validate_cached
 from jobs.recipe.settings import RecipeSettings as Settings
 from jobs.recipe.validation import ValidationResult, validate_job
-from jobs.recipe.validation_memo import validate_cached
 from trainer.assets import write_squad_dir
 
 

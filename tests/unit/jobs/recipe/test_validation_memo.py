@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from recipe_asserts import TINY_LLAMA_CONFIG, write_model_dir
 
-from jobs.recipe import validation_memo
+from api import validation_memo
 from jobs.recipe.scope import JobScope
 
 

@@ -64,10 +64,10 @@ def test_the_pool_keeps_a_connection_per_api_thread(monkeypatch):
     check-in and connects afresh the next time)."""
     import threading
 
+    from pg_databases import create_pg_database, drop_pg_database
     from sqlalchemy import event
 
     from jobs.store.settings import Settings
-    from pg_databases import create_pg_database, drop_pg_database
 
     url = create_pg_database()
     settings = Settings(database_url=url, api_threads=16)
@@ -80,12 +80,12 @@ def test_the_pool_keeps_a_connection_per_api_thread(monkeypatch):
         for _ in range(2):
             barrier = threading.Barrier(16)
 
-            def hold() -> None:
+            def hold(barrier: threading.Barrier) -> None:
                 with engine.connect() as conn:
                     conn.execute(text("SELECT 1"))
                     barrier.wait(timeout=30)
 
-            threads = [threading.Thread(target=hold) for _ in range(16)]
+            threads = [threading.Thread(target=hold, args=(barrier,)) for _ in range(16)]
             for thread in threads:
                 thread.start()
             for thread in threads:

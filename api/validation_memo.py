@@ -1,4 +1,4 @@
-"""`validate_job` for a server that sees the same recipe again and again.
+"""`validate_job` for the API, which sees the same recipe again and again.
 
 CI pipelines resubmit one recipe many times (nightly runs, retries under a new
 Idempotency-Key, the same job on another queue), and validating it is most of a submit's
