@@ -94,11 +94,11 @@ def replay(calls: dict[tuple[Any, ...], Any]) -> bool:
 
 
 def glob_sorted(root: Any, pattern: str, limit: int = 10_000) -> tuple[str, ...]:
-    """The first `limit` matches of `pattern` under `root` (a Path), sorted, as text: a
-    listing `replay` can compare."""
+    """The first `limit` matches of `pattern` under `root` (a Path), in Path order, as text:
+    a listing `replay` can compare."""
     import itertools
 
-    return tuple(sorted(str(p) for p in itertools.islice(root.glob(pattern), limit)))
+    return tuple(str(p) for p in sorted(itertools.islice(root.glob(pattern), limit)))
 
 
 def iglob_list(pattern: str, limit: int) -> tuple[str, ...]:
