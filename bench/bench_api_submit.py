@@ -76,22 +76,28 @@ def write_assets(root: Path) -> dict:
     }  # fmt: skip
 
 
-@contextlib.contextmanager
-def api_server(
-    url: str, tmp: Path, app: str = "api.main:app", workers: int = 1, log: Path | None = None
-) -> Iterator[tuple[str, str]]:
-    """A migrated database, a submit key and a running uvicorn; yields (base_url, key)."""
+def prepared(url: str, tmp: Path) -> tuple[dict[str, str], str]:
+    """Migrate the database at `url`; (the servers' environment, a submit key)."""
     from jobs.store.api_keys import create_api_key
     from jobs.store.engine import session_scope, upgrade_database
     from jobs.store.settings import Settings
 
-    env = {**os.environ, "TUNEYARD_DATABASE_URL": url, "TUNEYARD_BROKER_URL": REDIS_URL,
+    env = {"TUNEYARD_DATABASE_URL": url, "TUNEYARD_BROKER_URL": REDIS_URL,
            "TUNEYARD_HOME": str(tmp / "home"), "TUNEYARD_DATA_ROOTS": str(tmp),
            "PYTHONPATH": f"{REPO}:{REPO / 'bench'}", "TUNEYARD_LOG_FORMAT": "text"}  # fmt: skip
     settings = Settings(database_url=url)
     upgrade_database(settings)
     with session_scope(settings) as session:
-        key = create_api_key(session, "bench", "submit")[1]
+        return env, create_api_key(session, "bench", "submit")[1]
+
+
+@contextlib.contextmanager
+def api_server(
+    url: str, tmp: Path, app: str = "api.main:app", workers: int = 1, log: Path | None = None
+) -> Iterator[tuple[str, str]]:
+    """A migrated database, a submit key and a running uvicorn; yields (base_url, key)."""
+    own, key = prepared(url, tmp)
+    env = {**os.environ, **own}
     port = free_port()
     cmd = [sys.executable, "-m", "uvicorn", app, "--port", str(port), "--workers", str(workers),
            "--log-level", "warning", "--no-access-log"]  # fmt: skip

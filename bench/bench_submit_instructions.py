@@ -52,17 +52,9 @@ def child(app_path: str, warmup: int, requests: int) -> None:
 
     with tempfile.TemporaryDirectory() as tmp, bench.pg_database() as url:
         body = {"recipe": bench.write_assets(Path(tmp))}
-        os.environ.update({"TUNEYARD_DATABASE_URL": url, "TUNEYARD_BROKER_URL": bench.REDIS_URL,
-                           "TUNEYARD_HOME": str(Path(tmp) / "home"), "TUNEYARD_DATA_ROOTS": tmp,
-                           "TUNEYARD_LOG_FORMAT": "text"})  # fmt: skip
+        env, key = bench.prepared(url, Path(tmp))
+        os.environ.update({k: v for k, v in env.items() if k != "PYTHONPATH"})
         os.chdir(tmp)
-        from jobs.store.api_keys import create_api_key
-        from jobs.store.engine import session_scope, upgrade_database
-        from jobs.store.settings import Settings
-
-        upgrade_database(Settings(database_url=url))
-        with session_scope(Settings(database_url=url)) as session:
-            key = create_api_key(session, "bench", "submit")[1]
         module, _, attr = app_path.partition(":")
         app = getattr(importlib.import_module(module), attr)
         app = app() if attr == "create_app" else app

@@ -17,6 +17,8 @@ is caught there.
 
 from __future__ import annotations
 
+import glob
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -96,14 +98,9 @@ def replay(calls: dict[tuple[Any, ...], Any]) -> bool:
 def glob_sorted(root: Any, pattern: str, limit: int = 10_000) -> tuple[str, ...]:
     """The first `limit` matches of `pattern` under `root` (a Path), in Path order, as text:
     a listing `replay` can compare."""
-    import itertools
-
     return tuple(str(p) for p in sorted(itertools.islice(root.glob(pattern), limit)))
 
 
 def iglob_list(pattern: str, limit: int) -> tuple[str, ...]:
     """`glob.iglob(pattern)`'s first `limit` matches, in its order."""
-    import glob
-    import itertools
-
     return tuple(itertools.islice(glob.iglob(pattern), limit))

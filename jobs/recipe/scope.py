@@ -87,9 +87,10 @@ def confinement_errors(
         run = _run_under(candidate, runs)
         if run == "":
             return [FieldError(loc, f"{str(path)!r} is the runs directory of every project", fix)]
-        if run is not None:
-            uncacheable()  # the database's answer: not asked again by a replay
-        if run is not None and not scope.owns_job(run):
+        if run is None:
+            continue
+        uncacheable()  # the database's answer: not asked again by a replay
+        if not scope.owns_job(run):
             msg = f"{str(path)!r} is in the run of a job that is not in project {scope.project}"
             return [FieldError(loc, msg, fix)]
     return []

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -161,4 +160,17 @@ def test_kept_answers_are_shared_between_threads(counted, recipe, settings):
         results = list(pool.map(lambda _: run(recipe, settings), range(32)))
     assert all(r.valid for r in results) and len(counted) == 1
     assert len({id(r.plan) for r in results}) == 32
-    assert os.getcwd()  # (the pool ran in this process's working directory)
+
+
+def test_a_result_that_is_not_plain_json_is_answered_and_not_kept(counted, recipe, settings,
+                                                                  monkeypatch):  # fmt: skip
+    real = validation_memo.validate_job
+
+    def with_a_set(*args, **kwargs):
+        result = real(*args, **kwargs)
+        result.plan["odd"] = {1, 2}  # orjson cannot write it (nothing kept if it could)
+        return result
+
+    monkeypatch.setattr(validation_memo, "validate_job", with_a_set)
+    assert run(recipe, settings).plan["odd"] == {1, 2}
+    assert not validation_memo._kept
