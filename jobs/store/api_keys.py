@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from jobs.recipe.errors import did_you_mean
+from jobs.store.driver import DriverStatement
 from jobs.store.tables import API_KEY_ROLES, ApiKey, Project, utcnow
 
 KEY_PREFIX = "ty_"
@@ -83,7 +84,7 @@ def create_api_key(session: Session, project_name: str, role: str) -> tuple[ApiK
 
 
 # Columns, not entities: every request asks, and the answer needs no ORM identity.
-_KEY_LOOKUP = (
+_KEY_LOOKUP = DriverStatement(
     select(
         ApiKey.project_id,
         ApiKey.role,
@@ -101,11 +102,14 @@ def verify_key(session: Session, raw_key: str) -> Principal | None:
     """The principal for a presented key, or None if unknown or revoked."""
     if not raw_key.startswith(KEY_PREFIX):
         return None
-    # Core on the session's connection: a column read needs none of the ORM's execution.
-    row = session.connection().execute(_KEY_LOOKUP, {"key_hash": hash_key(raw_key)}).first()
-    if row is None or row.revoked_at is not None:
+    # On the session's connection, past the ORM (and on PostgreSQL past Core: `driver`).
+    row = _KEY_LOOKUP.first(session.connection(), {"key_hash": hash_key(raw_key)})
+    if row is None:
         return None
-    return Principal(row.project_id, row.name, row.role, row.id, bool(row.allow_remote_code))
+    project_id, role, key_id, revoked_at, project_name, allow_remote_code = row
+    if revoked_at is not None:
+        return None
+    return Principal(project_id, project_name, role, key_id, bool(allow_remote_code))
 
 
 def revoke_api_key(session: Session, key_id: int) -> bool:

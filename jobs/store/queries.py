@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from jobs.store.driver import DriverStatement
 from jobs.store.status import JobStatus
 from jobs.store.tables import Checkpoint, Job, JobEvent, JobLog, Worker, new_job_id, utcnow
 
@@ -102,7 +103,7 @@ def _job_and_event_statement() -> Any:
     )
 
 
-_INSERT_JOB_AND_EVENT = _job_and_event_statement()
+_INSERT_JOB_AND_EVENT = DriverStatement(_job_and_event_statement())
 
 
 def create_job(
@@ -135,8 +136,9 @@ def create_job(
     conn = session.connection()
     try:
         if conn.dialect.name == "postgresql":
-            conn.execute(_INSERT_JOB_AND_EVENT,
-                         {**values, **{f"event_{k}": v for k, v in event.items()}})  # fmt: skip
+            _INSERT_JOB_AND_EVENT.run(
+                conn, {**values, **{f"event_{k}": v for k, v in event.items()}}
+            )
         else:
             conn.execute(_INSERT_JOB, values)
             conn.execute(_INSERT_EVENT, {"job_id": values["id"], **event})
