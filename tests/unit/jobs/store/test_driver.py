@@ -7,7 +7,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import Column, Connection, Integer, MetaData, String, Table, event, insert, select, text
+from sqlalchemy import (
+    Column,
+    Connection,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    event,
+    insert,
+    select,
+    text,
+)
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from jobs.store import engine as engines
@@ -68,7 +79,11 @@ def test_it_writes_and_reads_what_core_does(engine):
         row = conn.execute(select(ROWS.c.data, ROWS.c.at)).one()
     assert (row.data, row.at) == (VALUES["data"], VALUES["at"])
     assert [s.split()[0] for s in heard if s.split()[0] in {"INSERT", "SELECT"}][-4:] == [
-        "INSERT", "SELECT", "SELECT", "SELECT"]
+        "INSERT",
+        "SELECT",
+        "SELECT",
+        "SELECT",
+    ]
 
 
 def test_on_postgresql_in_autocommit_core_is_bypassed(engine, monkeypatch):
