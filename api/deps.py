@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Annotated, Any
 
@@ -22,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import ApiError
 from api.limits import BoundedJsonRoute
-from jobs.store.api_keys import Principal, default_principal, verify_key
+from jobs.store.api_keys import KeyGuard, Principal, default_principal, hash_key, verify_key
 from jobs.store.capacity import CapacityCache
 from jobs.store.settings import Settings
 
@@ -198,6 +200,60 @@ def principal_with_role(
         raise ApiError(403, "forbidden", f"this key's role '{principal.role}' cannot do "
                        f"this; it needs '{role}' or higher")  # fmt: skip
     return principal
+
+
+class KeptPrincipals:
+    """Submit keys this process verified, by hash, so that a submit can skip the lookup.
+
+    A kept principal is only ever used for a write that re-checks it in its own statement
+    (`KeyGuard`: the key is there, not revoked, in that project, with that remote-code
+    grant); every other answer (a replay, a 409, a 422) asks the database first. A key's
+    role and its project's name never change; its revocation and the project's grant are
+    what the guard reads. At most `KEPT`, least recently used out first.
+    """
+
+    KEPT = 1024
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, Principal] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key_hash: str) -> Principal | None:
+        with self._lock:
+            found = self._kept.get(key_hash)
+            if found is not None:
+                self._kept.move_to_end(key_hash)
+            return found
+
+    def keep(self, key_hash: str, principal: Principal) -> None:
+        with self._lock:
+            self._kept[key_hash] = principal
+            while len(self._kept) > self.KEPT:
+                self._kept.popitem(last=False)
+
+    def forget(self, key_hash: str) -> None:
+        with self._lock:
+            self._kept.pop(key_hash, None)
+
+
+def submitter(
+    settings: Settings, session: Session, creds: HTTPAuthorizationCredentials | None,
+    kept: KeptPrincipals, fresh: bool = False,
+) -> tuple[Principal, KeyGuard | None, bool]:  # fmt: skip
+    """(the submitting principal, the guard its write must carry (None with auth off),
+    whether it was kept rather than looked up). A kept principal answers without a lookup
+    unless `fresh`; one looked up is kept."""
+    if not settings.auth_enabled:
+        return principal_with_role(settings, session, creds, "submit"), None, False
+    key_hash = hash_key(_bearer(creds).credentials)
+    principal = None if fresh else kept.get(key_hash)
+    from_memory = principal is not None
+    if principal is None:
+        kept.forget(key_hash)
+        principal = principal_with_role(settings, session, creds, "submit")
+        kept.keep(key_hash, principal)
+    guard = KeyGuard(key_hash, principal.project_id, principal.allow_remote_code)
+    return principal, guard, from_memory
 
 
 def require(role: str) -> Callable[[Principal], Awaitable[Principal]]:

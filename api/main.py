@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import sessionmaker
 
+from api.deps import KeptPrincipals
 from api.errors import COMMON_ERRORS, install_error_handlers
 from api.limits import BodyLimitMiddleware
 from api.middleware import RequestIdMiddleware, UnexpectedErrorMiddleware
@@ -106,6 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.broker_at_startup = "not connected yet"
     app.state.session_factory = sessionmaker(bind=get_engine(settings), expire_on_commit=False)
+    app.state.kept_principals = KeptPrincipals()
     app.state.capacity = CapacityCache(settings.capacity_cache_seconds,
                                        settings.worker_live_seconds)  # fmt: skip
     install_error_handlers(app)

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session
 
-from api.deps import end_read
-from api.errors import InvalidRequest
+from api.deps import KeptPrincipals, end_read, submitter
+from api.errors import ApiError, InvalidRequest
 from api.schemas import JobCreate
 from api.validation_memo import validate_cached
 from jobs.broker import dispatch_job, enqueue_job
@@ -31,7 +32,7 @@ from jobs.recipe.errors import FieldError
 from jobs.recipe.requirements import requirement_errors
 from jobs.recipe.scope import JobScope
 from jobs.store import queries as store
-from jobs.store.api_keys import Principal
+from jobs.store.api_keys import KeyGuard, Principal
 from jobs.store.capacity import CapacityCache
 from jobs.store.leases import live_worker_packages
 from jobs.store.settings import Settings
@@ -228,3 +229,55 @@ def enqueue(session: Session, job: Job, settings: Settings) -> bool:
     if sent:
         session.refresh(job, ["dispatched_at"])
     return sent
+
+
+def submit(
+    body: JobCreate, settings: Settings, session: Session, capacity: CapacityCache,
+    creds: HTTPAuthorizationCredentials | None, kept: KeptPrincipals,
+    idempotency_key: str | None,
+) -> tuple[Job, bool, Principal]:  # fmt: skip
+    """A submit from the caller's key to the queued job: (job, created, principal).
+
+    A key this process verified before is not looked up again: the insert checks it in the
+    same statement (`KeyGuard`), so on PostgreSQL a submit is one round trip. When the
+    guard refuses (the key was revoked, the project's grant changed), and before a 422 is
+    answered on a kept key, the key is asked afresh: a revoked key hears 401, a changed
+    grant is validated again. A replay (an Idempotency-Key) always asks first, since it
+    answers a stored job without writing.
+    """
+    principal, guard, from_memory = submitter(settings, session, creds, kept,
+                                              fresh=bool(idempotency_key))  # fmt: skip
+    for _ in range(2):
+        try:
+            job, created = _submit_as(principal, guard, body, settings, session, capacity,
+                                      idempotency_key)  # fmt: skip
+            return job, created, principal
+        except InvalidRequest:
+            if not from_memory:
+                raise
+            was = principal
+            principal, guard, from_memory = submitter(settings, session, creds, kept, True)
+            if principal == was:
+                raise  # the key holds, and what validation read of it is unchanged
+        except store.KeyRefused:
+            principal, guard, from_memory = submitter(settings, session, creds, kept, True)
+    assert guard is not None  # only a guarded write refuses
+    kept.forget(guard.key_hash)
+    raise ApiError(401, "unauthorized", "unknown or revoked API key")
+
+
+def _submit_as(
+    principal: Principal, guard: KeyGuard | None, body: JobCreate, settings: Settings,
+    session: Session, capacity: CapacityCache, idempotency_key: str | None,
+) -> tuple[Job, bool]:  # fmt: skip
+    replayed = replayed_job(session, principal, idempotency_key, body)
+    if replayed is not None:
+        return replayed, False
+    checked = check_request(body, settings, principal, session, capacity)
+    job, created = store.create_job(
+        session, principal.project_id, new_job(body, checked, idempotency_key),
+        looked_up=True, dispatching=True, guard=guard,
+    )  # fmt: skip
+    if created:
+        send_new_job(session, job, settings)
+    return job, created

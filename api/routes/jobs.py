@@ -36,9 +36,7 @@ from api.submission import (
     BAD_TEXT,
     check_request,
     enqueue,
-    new_job,
-    replayed_job,
-    send_new_job,
+    submit,
     unstorable_text,
 )
 from jobs.orchestration.states import IllegalTransition, available_controls, request_control
@@ -124,26 +122,16 @@ def create_job(
 
     A retry with a known Idempotency-Key and the same body answers the stored job first,
     without validating again: a job accepted once stays accepted (its data may have moved).
-    Everything runs in this one threadpool call, the key lookup included.
+    Everything runs in this one threadpool call, the key lookup included (or, for a key
+    this process verified before, the key check inside the insert: `submission.submit`).
     """
     with route_session(request) as (settings, session, capacity):
-        principal = principal_with_role(settings, session, creds, "submit")
+        kept = request.app.state.kept_principals
         try:
-            replayed = replayed_job(session, principal, idempotency_key, body)
+            job, created, principal = submit(body, settings, session, capacity, creds, kept,
+                                             idempotency_key)  # fmt: skip
         except store.IdempotencyConflict as exc:
             raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
-        if replayed is not None:
-            return _job_answer(replayed, principal.project_name, 200)
-        checked = check_request(body, settings, principal, session, capacity)
-        try:
-            job, created = store.create_job(
-                session, principal.project_id, new_job(body, checked, idempotency_key),
-                looked_up=True, dispatching=True,
-            )  # fmt: skip
-        except store.IdempotencyConflict as exc:
-            raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
-        if created:
-            send_new_job(session, job, settings)
         return _job_answer(job, principal.project_name, 201 if created else 200)
 
 

@@ -39,6 +39,17 @@ class Principal:
         return ROLE_RANK[self.role] >= ROLE_RANK[role]
 
 
+@dataclass(frozen=True)
+class KeyGuard:
+    """What a write made on a kept principal re-checks in its own statement: the key is
+    still there and not revoked, in this project, whose remote-code grant is still the one
+    validation used (`jobs.store.queries.create_job`, `KeyRefused` otherwise)."""
+
+    key_hash: str
+    project_id: int
+    allow_remote_code: bool
+
+
 def hash_key(raw_key: str) -> str:
     return hashlib.sha256(raw_key.encode()).hexdigest()
 

@@ -77,9 +77,7 @@ class DriverStatement:
         self._run(conn, compiled, params, fetch=False)
 
     @staticmethod
-    def _run(
-        conn: Connection, compiled: _Compiled, params: dict[str, Any], fetch: bool
-    ) -> tuple[Any, ...] | None:
+    def _run(conn: Connection, compiled: _Compiled, params: dict[str, Any], fetch: bool) -> Any:
         values = {**compiled.defaults, **params}
         for key, process in compiled.processors:
             if key in values:

@@ -32,9 +32,24 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from jobs.store.api_keys import KeyGuard
 from jobs.store.driver import DriverStatement
 from jobs.store.status import JobStatus
-from jobs.store.tables import Checkpoint, Job, JobEvent, JobLog, Worker, new_job_id, utcnow
+from jobs.store.tables import (
+    ApiKey,
+    Checkpoint,
+    Job,
+    JobEvent,
+    JobLog,
+    Project,
+    Worker,
+    new_job_id,
+    utcnow,
+)
+
+
+class KeyRefused(Exception):
+    """A guarded write found its key revoked or gone, or its project's grant changed."""
 
 
 class IdempotencyConflict(Exception):
@@ -84,31 +99,51 @@ _INSERT_EVENT = insert(JobEvent.__table__)
 _EVENT_COLUMNS = ("attempt", "kind", "from_status", "to_status", "message", "data", "created_at")
 
 
-def _job_and_event_statement() -> Any:
+def _live_key() -> Any:
+    """The guard's key row: there, not revoked, in the job's project, with the grant that
+    validation used (`guard_*` parameters, and the job's `project_id`)."""
+    return (
+        select(ApiKey.project_id)
+        .join(Project, Project.id == ApiKey.project_id)
+        .where(ApiKey.key_hash == bindparam("guard_key_hash"), ApiKey.revoked_at.is_(None),
+               ApiKey.project_id == bindparam("project_id"),
+               Project.allow_remote_code == bindparam("guard_allow_remote_code"))
+    )  # fmt: skip
+
+
+def _job_and_event_statement(guarded: bool = False) -> Any:
     """PostgreSQL: the job row and its `submitted` event as one statement, so that on an
     autocommit connection a submit's write is one round trip and one transaction (no BEGIN,
     no COMMIT): `WITH new_job AS (INSERT INTO jobs … RETURNING id) INSERT INTO job_events
     SELECT new_job.id, … FROM new_job`. Every job column is a parameter; the event's are
-    prefixed `event_`."""
+    prefixed `event_`. `guarded`: the job row is selected from `_live_key`, so a key
+    revoked since it was read inserts nothing, and the event's job id is returned (no row:
+    refused)."""
     jobs, events = Job.__table__, JobEvent.__table__
-    new_job = (
-        insert(jobs)
-        .values({c.name: bindparam(c.name, type_=c.type) for c in jobs.c})
-        .returning(jobs.c.id)
-        .cte("new_job")
-    )
+    values = {c.name: bindparam(c.name, type_=c.type) for c in jobs.c}
+    if guarded:
+        live = _live_key().cte("live_key")
+        job_insert = insert(jobs).from_select(
+            list(values), select(*values.values()).select_from(live)
+        )
+    else:
+        job_insert = insert(jobs).values(values)
+    new_job = job_insert.returning(jobs.c.id).cte("new_job")
     columns = [bindparam(f"event_{name}", type_=events.c[name].type) for name in _EVENT_COLUMNS]
-    return insert(events).from_select(
+    statement = insert(events).from_select(
         ["job_id", *_EVENT_COLUMNS], select(new_job.c.id, *columns).select_from(new_job)
     )
+    return statement.returning(events.c.job_id) if guarded else statement
 
 
+_KEY_IS_LIVE = DriverStatement(_live_key())
 _INSERT_JOB_AND_EVENT = DriverStatement(_job_and_event_statement())
+_INSERT_GUARDED_JOB_AND_EVENT = DriverStatement(_job_and_event_statement(guarded=True))
 
 
 def create_job(
     session: Session, project_id: int, new: NewJob, *, looked_up: bool = False,
-    dispatching: bool = False,
+    dispatching: bool = False, guard: KeyGuard | None = None,
 ) -> tuple[Job, bool]:  # fmt: skip
     """Insert a queued job and its `submitted` event in one commit; returns (job, created).
 
@@ -116,7 +151,9 @@ def create_job(
     body. `looked_up`: the caller has just searched the key, so only the unique constraint
     (a concurrent twin) can still find one. `dispatching`: the caller sends the id to the
     broker right after this commit, so the dispatch is recorded in the same transaction
-    (if the send then fails, the reconciler's grace window sends it again).
+    (if the send then fails, the reconciler's grace window sends it again). `guard`: the
+    write also checks the caller's key (`KeyGuard`), in the same statement on PostgreSQL,
+    and raises KeyRefused, writing nothing, when it no longer holds.
     """
     if new.idempotency_key and not looked_up:
         existing = find_by_idempotency_key(session, project_id, new.idempotency_key)
@@ -131,17 +168,8 @@ def create_job(
     event = {"attempt": 0, "kind": "submitted", "from_status": None,
              "to_status": JobStatus.QUEUED.value, "message": "job submitted",
              "data": {"queue": new.queue}, "created_at": now}  # fmt: skip
-    # Core inserts on the session's connection: the answer needs no ORM identity, only the
-    # values written (the ORM's bulk path costs more than the round trip).
-    conn = session.connection()
     try:
-        if conn.dialect.name == "postgresql":
-            _INSERT_JOB_AND_EVENT.run(
-                conn, {**values, **{f"event_{k}": v for k, v in event.items()}}
-            )
-        else:
-            conn.execute(_INSERT_JOB, values)
-            conn.execute(_INSERT_EVENT, {"job_id": values["id"], **event})
+        inserted = _insert_job(session.connection(), values, event, guard)
     except IntegrityError:
         # Another request with the same key won the race; its row is committed now.
         session.rollback()
@@ -149,8 +177,35 @@ def create_job(
         if existing is None:
             raise
         return _replay_or_conflict(existing, new), False
+    if not inserted:
+        session.rollback()
+        raise KeyRefused("the API key was revoked, or its project's grant changed")
     session.commit()
     return Job(**values), True
+
+
+def _insert_job(
+    conn: Connection, values: dict[str, Any], event: dict[str, Any], guard: KeyGuard | None
+) -> bool:
+    """Core inserts on the session's connection (the answer needs no ORM identity, only the
+    values written); False when the guard refused."""
+    guarded = {} if guard is None else {"guard_key_hash": guard.key_hash,
+                                        "guard_allow_remote_code": guard.allow_remote_code}  # fmt: skip
+    if conn.dialect.name == "postgresql":
+        params = {**values, **guarded, **{f"event_{k}": v for k, v in event.items()}}
+        if guard is None:
+            _INSERT_JOB_AND_EVENT.run(conn, params)
+            return True
+        return _INSERT_GUARDED_JOB_AND_EVENT.first(conn, params) is not None
+    # SQLite: the session's transaction holds the write lock, so check, then write.
+    if (
+        guard is not None
+        and _KEY_IS_LIVE.first(conn, {**guarded, "project_id": guard.project_id}) is None
+    ):
+        return False
+    conn.execute(_INSERT_JOB, values)
+    conn.execute(_INSERT_EVENT, {"job_id": values["id"], **event})
+    return True
 
 
 def mark_dispatched(session: Session, job_id: str) -> None:

@@ -37,6 +37,24 @@ def test_remote_code_is_refused_until_an_admin_grants_it(client, stack, remote_c
     assert again.status_code == 422
 
 
+def test_a_grant_withdrawn_after_a_submit_refuses_the_next(client, stack, remote_code_body):
+    """The submit key's principal is kept with the grant it was read with; the insert
+    checks that grant, so once the admin withdraws it the recipe is validated again, and
+    refused, and nothing is stored."""
+    try:
+        assert grant(client, stack, True).status_code == 200
+        kept = client.post("/v1/jobs", json=remote_code_body, headers=stack.headers())
+        assert kept.status_code == 201, kept.text
+        assert grant(client, stack, False).status_code == 200
+        listed = client.get("/v1/jobs", headers=stack.headers()).json()["data"]
+        refused = client.post("/v1/jobs", json=remote_code_body, headers=stack.headers())
+        assert refused.status_code == 422, refused.text
+        assert [e["loc"] for e in refused.json()["errors"]] == ["model.trust_remote_code"]
+        assert client.get("/v1/jobs", headers=stack.headers()).json()["data"] == listed
+    finally:
+        grant(client, stack, False)
+
+
 def test_jobs_without_remote_code_record_false(client, stack, body):
     stored = client.post("/v1/jobs", json=body, headers=stack.headers())
     assert stored.status_code == 201 and stored.json()["plan"]["trust_remote_code"] is False

@@ -19,9 +19,9 @@ OWN_BROKER = "redis://127.0.0.1:6379/7"
 
 
 def test_submit_is_one_write_transaction_then_the_enqueue(client, stack, body, redis_db1):
-    """On PostgreSQL two round trips in autocommit: the key lookup, then one statement that
-    writes the job and its event (atomic on its own: no BEGIN, no COMMIT); on SQLite the
-    two inserts in one transaction."""
+    """With a key the process verified before, on PostgreSQL one round trip in autocommit:
+    the statement that checks the key and writes the job and its event (atomic on its own:
+    no BEGIN, no COMMIT); on SQLite the key check and the two inserts in one transaction."""
     statements: list[str] = []
     autocommit: list[bool] = []
     engine = get_engine(stack.settings)
@@ -30,7 +30,8 @@ def test_submit_is_one_write_transaction_then_the_enqueue(client, stack, body, r
         statements.append(" ".join(statement.split()[:3]))
         autocommit.append(bool(getattr(conn.connection.dbapi_connection, "autocommit", False)))
 
-    # The first submit fills the queue's capacity cache (two reads kept a few seconds).
+    # The first submit fills the queue's capacity cache (two reads kept a few seconds) and
+    # keeps the key's principal.
     assert client.post("/v1/jobs", json=body, headers=stack.headers()).status_code == 201
     event.listen(engine, "before_cursor_execute", record)
     try:
@@ -41,9 +42,8 @@ def test_submit_is_one_write_transaction_then_the_enqueue(client, stack, body, r
     job = answer.json()
     assert job["dispatched_at"] is not None
     if engine.dialect.name == "postgresql":
-        assert len(statements) == 2 and statements[0].startswith("SELECT"), statements
-        assert statements[1] == "WITH new_job AS", statements
-        assert autocommit == [True, True]
+        assert statements == ["WITH live_key AS"]
+        assert autocommit == [True]
     else:
         writes = [s for s in statements if s.split()[0] in {"INSERT", "UPDATE", "DELETE"}]
         assert writes == ["INSERT INTO jobs", "INSERT INTO job_events"], statements
@@ -118,3 +118,100 @@ def test_a_resubmitted_recipe_is_checked_against_the_files_again(client, stack, 
     assert refused.status_code == 422, refused.text
     assert "dataset.path_or_dataset" in [e["loc"] for e in refused.json()["errors"]]
     assert client.get("/v1/jobs", headers=stack.headers()).json()["data"] == listed
+
+
+def _statements(engine, submit) -> tuple[list[str], object]:
+    """The first words of each statement `submit()` sent, and its answer."""
+    sent: list[str] = []
+
+    def record(conn, cursor, statement, *args) -> None:
+        sent.append(" ".join(statement.split()[:2]))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        answer = submit()
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    return [s for s in sent if s.split()[0] in {"SELECT", "WITH", "INSERT"}], answer
+
+
+def _new_key(stack, role: str = "submit"):
+    from jobs.store.api_keys import create_api_key
+
+    with stack.session() as session:
+        key, raw = create_api_key(session, stack.project, role)
+        session.commit()
+        return key.id, {"Authorization": f"Bearer {raw}"}
+
+
+def _revoke(stack, key_id: int) -> None:
+    from jobs.store.api_keys import revoke_api_key
+
+    with stack.session() as session:
+        assert revoke_api_key(session, key_id)
+        session.commit()
+
+
+def _job_count(stack) -> int:
+    from sqlalchemy import func, select
+
+    from jobs.store.tables import Job
+
+    with stack.session() as session:
+        return session.scalar(select(func.count()).select_from(Job))
+
+
+def test_a_kept_key_revoked_since_is_refused_by_the_insert(client, stack, body):
+    """The key's principal is kept after its first submit; once the key is revoked the
+    next submit's guarded insert writes nothing, the key is asked again, and it hears 401."""
+    key_id, headers = _new_key(stack)
+    assert client.post("/v1/jobs", json=body, headers=headers).status_code == 201
+    _revoke(stack, key_id)
+    before = _job_count(stack)
+    sent, answer = _statements(get_engine(stack.settings),
+                               lambda: client.post("/v1/jobs", json=body, headers=headers))  # fmt: skip
+    assert answer.status_code == 401, answer.text
+    assert answer.json()["error"]["code"] == "unauthorized"
+    assert _job_count(stack) == before
+    if stack.backend == "postgresql":  # the guarded insert, then the lookup that finds it revoked
+        assert [s.split()[0] for s in sent] == ["WITH", "SELECT"], sent
+    again = client.post("/v1/jobs", json=body, headers=headers)  # no longer kept: looked up
+    assert again.status_code == 401
+
+
+def test_a_kept_key_revoked_since_hears_401_not_its_recipes_errors(client, stack, body):
+    key_id, headers = _new_key(stack)
+    assert client.post("/v1/jobs", json=body, headers=headers).status_code == 201
+    _revoke(stack, key_id)
+    bad = {**body, "recipe": {**body["recipe"], "step_scheduler": {"max_steps": -1}}}
+    answer = client.post("/v1/jobs", json=bad, headers=headers)
+    assert answer.status_code == 401, answer.text
+
+
+def test_an_invalid_recipe_on_a_kept_key_is_422_after_one_lookup(client, stack, body):
+    _, headers = _new_key(stack)
+    assert client.post("/v1/jobs", json=body, headers=headers).status_code == 201
+    bad = {**body, "recipe": {**body["recipe"], "step_scheduler": {"max_steps": -1}}}
+    sent, answer = _statements(get_engine(stack.settings),
+                               lambda: client.post("/v1/jobs", json=bad, headers=headers))  # fmt: skip
+    assert answer.status_code == 422, answer.text
+    assert "step_scheduler.max_steps" in [e["loc"] for e in answer.json()["errors"]]
+    if stack.backend == "postgresql":
+        assert sent == ["SELECT api_keys.project_id,"], sent  # the key asked once, nothing written
+
+
+def test_a_replay_asks_for_the_key_first(client, stack, body):
+    """An Idempotency-Key may answer a stored job without writing: its key is looked up."""
+    key_id, headers = _new_key(stack)
+    headers = {**headers, "Idempotency-Key": f"replay-{uuid.uuid4().hex[:8]}"}
+    first = client.post("/v1/jobs", json=body, headers=headers)
+    assert first.status_code == 201
+    _revoke(stack, key_id)
+    assert client.post("/v1/jobs", json=body, headers=headers).status_code == 401
+
+
+def test_a_read_key_is_never_kept_for_submits(client, stack, body):
+    _, headers = _new_key(stack, "read")
+    for _ in range(2):
+        answer = client.post("/v1/jobs", json=body, headers=headers)
+        assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden"

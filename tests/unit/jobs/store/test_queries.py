@@ -54,3 +54,34 @@ def test_cursor_rejects_forgeries() -> None:
     for bad in ("", "zzz", "W10", "WyIyMDI2LTAxLTAxIiwgIngiXQ"):
         with pytest.raises(ValueError):
             store.decode_cursor(bad)
+
+
+def test_a_guarded_create_checks_the_key_and_the_grant(session, project) -> None:
+    """In a transaction (Core's path on PostgreSQL; SQLite's check-then-write) the guard
+    refuses a revoked key, another project's and a changed grant, and writes nothing."""
+    from sqlalchemy import func, select
+
+    from jobs.store.api_keys import KeyGuard, create_api_key, hash_key, revoke_api_key
+    from jobs.store.tables import Job, JobEvent
+
+    key, raw = create_api_key(session, project.name, "submit")
+    session.commit()
+    new = store.NewJob(name="g", spec={}, recipe={}, plan={}, resources={}, queue="cpu")
+    guard = KeyGuard(hash_key(raw), project.id, False)
+    job, created = store.create_job(session, project.id, new, guard=guard)
+    assert created and session.get(Job, job.id) is not None
+
+    def refused(guard: KeyGuard) -> None:
+        jobs = session.scalar(select(func.count()).select_from(Job))
+        events = session.scalar(select(func.count()).select_from(JobEvent))
+        with pytest.raises(store.KeyRefused):
+            store.create_job(session, guard.project_id, new, guard=guard)
+        assert session.scalar(select(func.count()).select_from(Job)) == jobs
+        assert session.scalar(select(func.count()).select_from(JobEvent)) == events
+
+    refused(KeyGuard(guard.key_hash, project.id, True))  # the grant validation assumed
+    refused(KeyGuard(guard.key_hash, project.id + 1000, False))  # another project
+    refused(KeyGuard(hash_key(raw + "x"), project.id, False))  # no such key
+    revoke_api_key(session, key.id)
+    session.commit()
+    refused(guard)
