@@ -182,7 +182,7 @@ def route_session(request: Request) -> Iterator[tuple[Settings, Session, Capacit
     a sync route that does all its work in its one threadpool call. Read from the app's
     state there, not resolved as three dependencies on the event loop: FastAPI's
     dependency solving was the largest part of a submit's event-loop work (cProfile). On
-    PostgreSQL a submit is then two round trips: the key lookup and the one statement
+    PostgreSQL a submit is then at most two round trips: the key lookup and the one statement
     that writes the job and its event (`jobs.store.queries.create_job`)."""
     state = request.app.state
     with read_session(state.session_factory) as session:
