@@ -1,17 +1,16 @@
 """Hot statements sent straight to the driver: a submit's key lookup and its insert.
 
 `Connection.execute` on a compiled Core statement costs ~80 µs of CPU beyond the driver's
-own call (cache lookup, parameter processing, an execution context, a result object), and
-a submit runs two statements in a process whose submits are bound by one core. A
-`DriverStatement` compiles its statement once per dialect, keeps the columns' bind
-processors (JSON text, UTC timestamps), and on a psycopg connection in autocommit (the
-API's `read_session`) runs the SQL on the DBAPI connection itself. Errors come out as SQLAlchemy's (`IntegrityError` for a unique
+own call (cache lookup, parameter processing, an execution context, a result object), in
+a process whose submits are bound by one core. A `DriverStatement` compiles its statement
+once for psycopg, keeps the columns' bind processors (JSON text, UTC timestamps), and on
+a psycopg connection in autocommit (the API's `read_session`) runs the SQL on the DBAPI
+connection itself. Errors come out as SQLAlchemy's (`IntegrityError` for a unique
 violation, `OperationalError` for a lost server), a connection the driver reports broken
 is invalidated, so the pool connects afresh as it would after `Connection.execute`, and
 the engine's `before_cursor_execute` / `after_cursor_execute` listeners still hear each
-statement (with no execution context).
-Other dialects (SQLite), and connections inside a transaction, go through
-`Connection.execute` unchanged.
+statement (with no execution context). Other dialects (SQLite), and connections inside a
+transaction, go through `Connection.execute` unchanged.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ class DriverStatement:
 
     def __init__(self, statement: Executable) -> None:
         self.statement = statement
-        self._compiled: dict[str, _Compiled] = {}
+        self._compiled: _Compiled | None = None  # psycopg's form, the only one compiled
 
     def _for(self, conn: Connection) -> _Compiled | None:
         """The compiled form for a psycopg connection in autocommit, else None. (In a
@@ -54,11 +53,9 @@ class DriverStatement:
             return None
         if not getattr(conn.connection.driver_connection, "autocommit", False):
             return None
-        key = f"{dialect.name}+{dialect.driver}"
-        found = self._compiled.get(key)
-        if found is None:
-            found = self._compiled[key] = _Compiled(self.statement, dialect)
-        return found
+        if self._compiled is None:
+            self._compiled = _Compiled(self.statement, dialect)
+        return self._compiled
 
     def first(self, conn: Connection, params: dict[str, Any]) -> tuple[Any, ...] | None:
         """The first row as a tuple (columns in the statement's order), or None."""

@@ -215,3 +215,28 @@ def test_a_read_key_is_never_kept_for_submits(client, stack, body):
     for _ in range(2):
         answer = client.post("/v1/jobs", json=body, headers=headers)
         assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden"
+
+
+def test_a_guard_that_refuses_twice_is_401_and_the_key_is_not_kept(client, stack, body,
+                                                                   monkeypatch):  # fmt: skip
+    """Refused again after the key was asked afresh (its grant changed twice in between):
+    401, nothing stored, and the next submit looks the key up."""
+    from jobs.store import queries
+
+    _, headers = _new_key(stack)
+    assert client.post("/v1/jobs", json=body, headers=headers).status_code == 201
+    before = _job_count(stack)
+
+    def refuse(*args, **kwargs):
+        raise queries.KeyRefused("refused")
+
+    monkeypatch.setattr(queries, "create_job", refuse)
+    answer = client.post("/v1/jobs", json=body, headers=headers)
+    assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized"
+    monkeypatch.undo()
+    assert _job_count(stack) == before
+    sent, again = _statements(get_engine(stack.settings),
+                              lambda: client.post("/v1/jobs", json=body, headers=headers))  # fmt: skip
+    assert again.status_code == 201
+    if stack.backend == "postgresql":
+        assert [s.split()[0] for s in sent] == ["SELECT", "WITH"], sent
