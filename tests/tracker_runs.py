@@ -4,7 +4,8 @@ An offline W&B run keeps every record it was sent in `run-<id>.wandb`: a log of 
 blocks (W&B's LevelDB-style format: a 7-byte file header, then records of a 7-byte header
 — CRC, little-endian length, type — and a protobuf `Record`, split across blocks when
 long). Reading that file needs no network and no `wandb sync`. The service writes it
-after `finish()` returns, so `wandb_runs` waits for each run's exit record.
+after `finish()` returns, so `wandb_runs` waits for each run's exit record, and a file read
+in the middle of a write (a record cut short, a payload not yet whole) is read again.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class WandbRun:
     exit_code: int | None = None
 
 
-def _payloads(data: bytes) -> list[bytes]:
+def wandb_payloads(data: bytes) -> list[bytes]:
     assert data[:4] == b":W&B", "not a W&B run file"
     out, pos, pending = [], FILE_HEADER, b""
     while pos + RECORD_HEADER <= len(data):
@@ -42,6 +43,8 @@ def _payloads(data: bytes) -> list[bytes]:
             pos += left
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos : pos + RECORD_HEADER])
+        if pos + RECORD_HEADER + length > len(data):  # the record being written now
+            break
         chunk = data[pos + RECORD_HEADER : pos + RECORD_HEADER + length]
         pos += RECORD_HEADER + length
         if kind in (FULL, FIRST):
@@ -56,10 +59,17 @@ def _payloads(data: bytes) -> list[bytes]:
 def wandb_runs(directory: Path, timeout: float = 30.0) -> list[WandbRun]:
     """Every offline run under `directory` (the `dir` given to wandb.init), once each has
     its exit record: W&B's service writes the file after `finish()` has returned."""
+    from google.protobuf.message import DecodeError
+
     deadline = time.monotonic() + timeout
     while True:
-        runs = [read_wandb_file(p) for p in sorted(directory.glob("wandb/offline-run-*/run-*.wandb"))]  # fmt: skip
-        if all(r.exit_code is not None for r in runs) or time.monotonic() > deadline:
+        try:
+            runs = [read_wandb_file(p) for p in sorted(directory.glob("wandb/offline-run-*/run-*.wandb"))]  # fmt: skip
+        except DecodeError:  # read while the service was writing a record: read again
+            if time.monotonic() > deadline:
+                raise
+            runs = None
+        if runs is not None and (all(r.exit_code is not None for r in runs) or time.monotonic() > deadline):  # fmt: skip
             return runs
         time.sleep(0.1)
 
@@ -68,7 +78,7 @@ def read_wandb_file(path: Path) -> WandbRun:
     from wandb.proto import wandb_internal_pb2 as pb
 
     run = WandbRun("", "", "", [], {})
-    for payload in _payloads(path.read_bytes()):
+    for payload in wandb_payloads(path.read_bytes()):
         record = pb.Record()
         record.ParseFromString(payload)
         kind = record.WhichOneof("record_type")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tracker_runs import isolate_trackers, mlflow_history, wandb_runs
+from tracker_runs import isolate_trackers, mlflow_history, wandb_payloads, wandb_runs
 
 from jobs.recipe.settings import RecipeSettings
 from jobs.recipe.typed import Recipe
@@ -107,6 +107,26 @@ def test_wandb_offline_run_holds_every_step_and_value(typed, tmp_path: Path) -> 
     assert run.history[3]["loss"] == pytest.approx(2.0 / 3)
     assert run.config["step_scheduler"]["max_steps"] == 4 and run.config["wandb"]["dir"]
     assert not (tmp_path / "tracker-home" / "dir" / "wandb").exists()  # the recipe's dir won
+
+
+def test_a_wandb_file_read_in_the_middle_of_a_write_gives_only_whole_records(typed, tmp_path):
+    """The service writes the run file after `finish()`: a reader that catches it mid-write
+    sees a record cut short, which must be left for the next read, not parsed."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    log = RunLog(tmp_path / "run", is_rank0=True)
+    log.open_trackers(typed(wandb={"mode": "offline", "dir": "wandb-files"}))
+    log_steps(log, range(1, 3))
+    log.close()
+    wandb_runs(tmp_path / "run" / "wandb-files")
+    (path,) = (tmp_path / "run" / "wandb-files").glob("wandb/offline-run-*/run-*.wandb")
+    data = path.read_bytes()
+    whole = wandb_payloads(data)
+    for cut in range(8, len(data), 3):
+        found = wandb_payloads(data[:cut])
+        assert found == whole[: len(found)]
+        for payload in found:
+            pb.Record().ParseFromString(payload)
 
 
 def test_wandb_defaults_to_the_run_dir_and_automodels_run_name(typed, tiny_dir, tmp_path):
