@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import orjson
 from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session
 
@@ -81,7 +82,12 @@ def _storable(text: str) -> bool:
 
 
 def unstorable_text(value: Any, loc: str = "") -> list[FieldError]:
-    """A FieldError for every string (or key) in `value` that the database cannot store."""
+    """A FieldError for every string (or key) in `value` that the database cannot store.
+
+    orjson refuses a lone surrogate and writes a NUL as `\\u0000`: a value it writes without
+    one holds nothing to report (a microsecond, where the walk costs ~10 µs per KB)."""
+    if not loc and _plainly_storable(value):
+        return []
     if isinstance(value, str):
         return [] if _storable(value) else [FieldError(loc or "body", BAD_TEXT, "remove it")]
     if isinstance(value, dict):
@@ -97,6 +103,13 @@ def unstorable_text(value: Any, loc: str = "") -> list[FieldError]:
             found.append(FieldError(loc or "body", f"a key {BAD_TEXT}", "rename the key"))
         found += unstorable_text(item, where)
     return found
+
+
+def _plainly_storable(value: Any) -> bool:
+    try:
+        return b"\\u0000" not in orjson.dumps(value)
+    except TypeError:  # a lone surrogate (or a value orjson cannot write): walk it
+        return False
 
 
 def project_scope(session: Session, principal: Principal) -> JobScope:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from api.deps import (
@@ -135,9 +136,34 @@ def create_job(
         return _job_answer(job, principal.project_name, 201 if created else 200)
 
 
+def job_public_json(job: Job, project: str) -> bytes:
+    """`job_public(job, project)` as JSON, built as plain values and written by orjson: the
+    same document (a test compares the two across jobs) in about a third of the time, with
+    no model built and validated for the one answer it makes. Numbers may be spelled
+    differently (`1e20` for pydantic's `1e+20`), never valued differently."""
+    plan = job.plan or {}
+    warnings = [{"loc": w["loc"], "msg": w["msg"], "fix": w.get("fix", "")}
+                for w in plan.get("warnings") or []]  # fmt: skip
+    return orjson.dumps({
+        "id": job.id, "name": job.name, "project": project,
+        "status": JobStatus(job.status).value, "terminal": is_terminal(job.status),
+        "queue": job.queue, "priority": job.priority, "labels": job.labels or {},
+        "attempt": job.attempt, "max_attempts": job.max_attempts,
+        "resources": job.resources or {},
+        "overrides": list((job.spec or {}).get("overrides") or []), "recipe": job.recipe or {},
+        "plan": plan, "warnings": warnings, "max_steps": plan.get("max_steps"),
+        "latest_metrics": None, "actions": available_controls(job.status),
+        "error_code": job.error_code, "error_message": job.error_message,
+        "run_dir": job.run_dir, "idempotency_key": job.idempotency_key,
+        "created_at": job.created_at, "updated_at": job.updated_at,
+        "dispatched_at": job.dispatched_at, "started_at": job.started_at,
+        "finished_at": job.finished_at,
+    }, option=orjson.OPT_UTC_Z)  # fmt: skip
+
+
 def _job_answer(job: Job, project: str, status: int) -> Response:
     # Written here: FastAPI would validate the model it was just built from a second time.
-    return Response(job_public(job, project).model_dump_json(), status_code=status,
+    return Response(job_public_json(job, project), status_code=status,
                     media_type="application/json")  # fmt: skip
 
 

@@ -168,8 +168,12 @@ def create_job(
     event = {"attempt": 0, "kind": "submitted", "from_status": None,
              "to_status": JobStatus.QUEUED.value, "message": "job submitted",
              "data": {"queue": new.queue}, "created_at": now}  # fmt: skip
+    # On an autocommit connection (the API's `read_session`) the one statement is the whole
+    # transaction: no session transaction to begin and commit around it.
+    bind = session.get_bind()
+    direct = isinstance(bind, Connection) and _autocommit(bind)
     try:
-        inserted = _insert_job(session.connection(), values, event, guard)
+        inserted = _insert_job(bind if direct else session.connection(), values, event, guard)
     except IntegrityError:
         # Another request with the same key won the race; its row is committed now.
         session.rollback()
@@ -180,8 +184,21 @@ def create_job(
     if not inserted:
         session.rollback()
         raise KeyRefused("the API key was revoked, or its project's grant changed")
-    session.commit()
-    return Job(**values), True
+    if not direct:
+        session.commit()
+    return written_job(values), True
+
+
+def written_job(values: dict[str, Any]) -> Job:
+    """The job as `values` wrote it, for the answer: a transient `Job` whose attributes are
+    set without attribute events (`Job(**values)` spends ~20 µs on them; this ~1 µs)."""
+    job = Job.__mapper__.class_manager.new_instance()
+    job.__dict__.update(values)
+    return job
+
+
+def _autocommit(conn: Connection) -> bool:
+    return conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
 
 
 def _insert_job(

@@ -240,3 +240,19 @@ def test_a_guard_that_refuses_twice_is_401_and_the_key_is_not_kept(client, stack
     assert again.status_code == 201
     if stack.backend == "postgresql":
         assert [s.split()[0] for s in sent] == ["SELECT", "WITH"], sent
+
+
+def test_the_submit_answer_is_the_job_as_read_back(client, stack, body):
+    """The 201 body (written from the values just stored, without a model) is the document
+    `GET /v1/jobs/{id}` answers for the same job (through `JobPublic`), value for value,
+    and the written job carries every column as the database holds it."""
+    labelled = {**body, "labels": {"team": "nlp", "owner": "ünïcode ✓"}, "priority": 3,
+                "max_attempts": 5, "overrides": ["optimizer.lr=0.00001"]}  # fmt: skip
+    answer = client.post("/v1/jobs", json=labelled,
+                         headers={**stack.headers(), "Idempotency-Key": uuid.uuid4().hex})  # fmt: skip
+    assert answer.status_code == 201, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    read = client.get(f"/v1/jobs/{answer.json()['id']}", headers=stack.headers())
+    assert read.status_code == 200, read.text
+    assert answer.json() == read.json()
+    assert answer.json()["recipe"]["optimizer"]["lr"] == 1e-5
