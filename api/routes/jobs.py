@@ -11,6 +11,7 @@ import orjson
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from api.deps import (
+    BEARER_SECURITY,
     PresentedKey,
     Reader,
     ReleasingRoute,
@@ -102,6 +103,7 @@ def find_job(session: SessionDep, principal: Principal, job_id: str) -> Job:
     status_code=201,
     response_model=JobPublic,
     summary="Submit a job",
+    openapi_extra=BEARER_SECURITY,
     responses={
         200: {"model": JobPublic, "description": "Replay: this Idempotency-Key and body "
               "already created this job."},
@@ -171,6 +173,7 @@ def _job_answer(job: Job, project: str, status: int) -> Response:
     "/jobs:validate",
     response_model=ValidateOut,
     summary="Validate a job without storing it",
+    openapi_extra=BEARER_SECURITY,
     responses={**INVALID, **AUTH_ERRORS},
 )
 def validate_job(body: JobCreate, request: Request, creds: PresentedKey) -> ValidateOut:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 from fastapi.testclient import TestClient
 
 from api.main import create_app
@@ -115,6 +116,25 @@ def test_openapi_documents_every_route(client) -> None:
     post = spec["paths"]["/v1/jobs"]["post"]
     assert {"200", "201", "401", "403", "409", "422"} <= set(post["responses"])
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
+    # Submit and validate read the header themselves; the spec still names the scheme.
+    for path in ("/v1/jobs", "/v1/jobs:validate"):
+        assert spec["paths"][path]["post"]["security"] == [{"HTTPBearer": []}]
+
+
+@pytest.mark.parametrize("header", ["", "Bearer", "Bearer ", "Basic dXNlcjpwdw==", "Token x",
+                                    " Bearer x", "Bearerx"])  # fmt: skip
+def test_submit_refuses_what_is_not_a_bearer_key(client, stack, body, header) -> None:
+    answer = client.post("/v1/jobs", json=body, headers={"Authorization": header})
+    assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize("form", ["bearer {}", "BEARER {}", "Bearer   {}  "])
+def test_submit_reads_the_bearer_scheme_as_http_says(client, stack, body, form) -> None:
+    """The scheme is case-insensitive and the key's surrounding blanks are not part of it."""
+    key = stack.headers()["Authorization"].removeprefix("Bearer ")
+    answer = client.post("/v1/jobs:validate", json=body,
+                         headers={"Authorization": form.format(key)})  # fmt: skip
+    assert answer.status_code == 200, answer.text
 
 
 def test_submit_resolves_its_key_inside_the_route(client, stack, body) -> None:
