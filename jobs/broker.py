@@ -30,6 +30,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from jobs.store.engine import json_text
 from jobs.store.queries import mark_dispatched
 from jobs.store.settings import Settings, get_settings
 
@@ -163,8 +164,8 @@ class _RedisPublisher:
 
     def message(self, job_id: str, queue: str) -> str:
         task_id = str(uuid.uuid4())
-        body = json.dumps([[job_id], {}, self.EMBED]).encode()
-        return json.dumps({
+        body = json_text([[job_id], {}, self.EMBED]).encode()
+        return json_text({
             "body": base64.b64encode(body).decode("ascii"),
             "content-encoding": "utf-8",
             "content-type": "application/json",
