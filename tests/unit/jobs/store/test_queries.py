@@ -85,3 +85,31 @@ def test_a_guarded_create_checks_the_key_and_the_grant(session, project) -> None
     revoke_api_key(session, key.id)
     session.commit()
     refused(guard)
+
+
+def test_a_create_on_an_autocommit_connection_begins_no_session_transaction(
+    migrated_engine, session, project
+) -> None:
+    """The API's `read_session` on PostgreSQL: the one insert statement is the whole
+    transaction, so the session begins none around it; an ordinary session (and SQLite's
+    `read_session`) begins one and commits the job in it."""
+    from sqlalchemy import event
+    from sqlalchemy.orm import sessionmaker
+
+    from api.deps import read_session
+    from jobs.store.tables import Job
+
+    begun: list[bool] = []
+    factory = sessionmaker(bind=migrated_engine, expire_on_commit=False)
+    new = store.NewJob(name="a", spec={}, recipe={}, plan={}, resources={}, queue="cpu")
+    with read_session(factory) as reading:
+        event.listen(reading, "after_begin", lambda *_: begun.append(True))
+        job, created = store.create_job(reading, project.id, new, looked_up=True)
+        assert created and not reading.in_transaction()
+    assert begun == ([] if migrated_engine.dialect.name == "postgresql" else [True])
+    assert session.get(Job, job.id).name == "a"  # committed, seen from another connection
+    session.commit()
+    event.listen(session, "after_begin", lambda *_: begun.append(True))
+    begun.clear()
+    store.create_job(session, project.id, new)
+    assert begun == [True] and not session.in_transaction()
