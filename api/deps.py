@@ -191,7 +191,7 @@ def route_session(request: Request) -> Iterator[tuple[Settings, Session, Capacit
     state there, not resolved as three dependencies on the event loop: FastAPI's
     dependency solving was the largest part of a submit's event-loop work (cProfile). On
     PostgreSQL a submit is then at most two round trips: the key lookup and the one statement
-    that writes the job and its event (`jobs.store.queries.create_job`)."""
+    that writes the job and its event (`jobs.store.job_create.create_job`)."""
     state = request.app.state
     with read_session(state.session_factory) as session:
         yield state.settings, session, state.capacity

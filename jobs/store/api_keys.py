@@ -43,7 +43,7 @@ class Principal:
 class KeyGuard:
     """What a write made on a kept principal re-checks in its own statement: the key is
     still there and not revoked, in this project, whose remote-code grant is still the one
-    validation used (`jobs.store.queries.create_job`, `KeyRefused` otherwise)."""
+    validation used (`jobs.store.job_create.create_job`, `KeyRefused` otherwise)."""
 
     key_hash: str
     project_id: int

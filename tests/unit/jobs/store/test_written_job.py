@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import inspect
 
 from api.routes.jobs import job_public, job_public_json
-from jobs.store.queries import written_job
+from jobs.store.job_create import written_job
 from jobs.store.status import JobStatus
 from jobs.store.tables import Job
 
