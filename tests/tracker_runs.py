@@ -4,8 +4,8 @@ An offline W&B run keeps every record it was sent in `run-<id>.wandb`: a log of 
 blocks (W&B's LevelDB-style format: a 7-byte file header, then records of a 7-byte header
 — CRC, little-endian length, type — and a protobuf `Record`, split across blocks when
 long). Reading that file needs no network and no `wandb sync`. The service writes it
-after `finish()` returns, so `wandb_runs` waits for each run's exit record, and a file read
-in the middle of a write (a record cut short, a payload not yet whole) is read again.
+after `finish()` returns, so `wandb_runs` waits for each run's exit record; a record the
+service has not finished writing is left for the next read (`wandb_payloads`).
 """
 
 from __future__ import annotations
@@ -59,17 +59,10 @@ def wandb_payloads(data: bytes) -> list[bytes]:
 def wandb_runs(directory: Path, timeout: float = 30.0) -> list[WandbRun]:
     """Every offline run under `directory` (the `dir` given to wandb.init), once each has
     its exit record: W&B's service writes the file after `finish()` has returned."""
-    from google.protobuf.message import DecodeError
-
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            runs = [read_wandb_file(p) for p in sorted(directory.glob("wandb/offline-run-*/run-*.wandb"))]  # fmt: skip
-        except DecodeError:  # read while the service was writing a record: read again
-            if time.monotonic() > deadline:
-                raise
-            runs = None
-        if runs is not None and (all(r.exit_code is not None for r in runs) or time.monotonic() > deadline):  # fmt: skip
+        runs = [read_wandb_file(p) for p in sorted(directory.glob("wandb/offline-run-*/run-*.wandb"))]  # fmt: skip
+        if all(r.exit_code is not None for r in runs) or time.monotonic() > deadline:
             return runs
         time.sleep(0.1)
 

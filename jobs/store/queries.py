@@ -33,7 +33,6 @@ from jobs.store.job_create import (  # noqa: F401  (re-exported: the callers' on
     create_job,
     find_by_idempotency_key,
     request_hash,
-    written_job,
 )
 from jobs.store.status import JobStatus
 from jobs.store.tables import (
