@@ -119,9 +119,11 @@ def _bearer(creds: HTTPAuthorizationCredentials | None) -> HTTPAuthorizationCred
 
 
 def _principal(
-    settings: Settings, session: Session, creds: HTTPAuthorizationCredentials | None,
+    settings: Settings,
+    session: Session,
+    creds: HTTPAuthorizationCredentials | None,
     shared: bool = False,
-) -> Principal:  # fmt: skip
+) -> Principal:
     if not settings.auth_enabled:
         bind = session.get_bind()
         if isinstance(bind, Connection):  # autocommit: the create needs its own transaction
@@ -202,8 +204,11 @@ def principal_with_role(
     PostgreSQL the key lookup shares the route's connection)."""
     principal = _principal(settings, session, creds, shared=True)
     if not principal.can(role):
-        raise ApiError(403, "forbidden", f"this key's role '{principal.role}' cannot do "
-                       f"this; it needs '{role}' or higher")  # fmt: skip
+        raise ApiError(
+            403,
+            "forbidden",
+            f"this key's role '{principal.role}' cannot do this; it needs '{role}' or higher",
+        )
     return principal
 
 
@@ -242,9 +247,12 @@ class KeptPrincipals:
 
 
 def submitter(
-    settings: Settings, session: Session, creds: HTTPAuthorizationCredentials | None,
-    kept: KeptPrincipals, fresh: bool = False,
-) -> tuple[Principal, KeyGuard | None, bool]:  # fmt: skip
+    settings: Settings,
+    session: Session,
+    creds: HTTPAuthorizationCredentials | None,
+    kept: KeptPrincipals,
+    fresh: bool = False,
+) -> tuple[Principal, KeyGuard | None, bool]:
     """(the submitting principal, the guard its write must carry (None with auth off),
     whether it was kept rather than looked up). A kept principal answers without a lookup
     unless `fresh`; one looked up is kept."""
@@ -266,8 +274,11 @@ def require(role: str) -> Callable[[Principal], Awaitable[Principal]]:
 
     async def check(principal: CurrentPrincipal) -> Principal:
         if not principal.can(role):
-            raise ApiError(403, "forbidden", f"this key's role '{principal.role}' cannot do "
-                           f"this; it needs '{role}' or higher")  # fmt: skip
+            raise ApiError(
+                403,
+                "forbidden",
+                f"this key's role '{principal.role}' cannot do this; it needs '{role}' or higher",
+            )
         return principal
 
     return check

@@ -22,9 +22,18 @@ from jobs.recipe.schema_errors import request_field_errors
 
 log = logging.getLogger("tuneyard.api")
 
-_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-          405: "method_not_allowed", 409: "conflict", 413: "content_too_large",
-          415: "unsupported_media_type", 429: "too_many_requests", 503: "unavailable"}  # fmt: skip
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "content_too_large",
+    415: "unsupported_media_type",
+    429: "too_many_requests",
+    503: "unavailable",
+}
 
 
 class ApiError(Exception):
@@ -52,29 +61,52 @@ def _error_doc(description: str) -> dict[str, Any]:
 
 # The error shapes as OpenAPI schemas (kept here beside the code that writes them).
 ERROR_SCHEMA: dict[str, Any] = {
-    "type": "object", "required": ["error"], "additionalProperties": False,
-    "properties": {"error": {
-        "type": "object", "required": ["code", "message"], "additionalProperties": True,
-        "properties": {"code": {"type": "string"}, "message": {"type": "string"},
-                       "current_status": {"type": "string"}, "job_id": {"type": "string"}},
-    }},
-}  # fmt: skip
+    "type": "object",
+    "required": ["error"],
+    "additionalProperties": False,
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "additionalProperties": True,
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "current_status": {"type": "string"},
+                "job_id": {"type": "string"},
+            },
+        }
+    },
+}
 FIELD_ERRORS_SCHEMA: dict[str, Any] = {
-    "type": "object", "required": ["errors"], "additionalProperties": False,
-    "properties": {"errors": {"type": "array", "items": {
-        "type": "object", "required": ["loc", "msg"],
-        "properties": {"loc": {"type": "string"}, "msg": {"type": "string"},
-                       "fix": {"type": "string"}},
-    }}},
-}  # fmt: skip
+    "type": "object",
+    "required": ["errors"],
+    "additionalProperties": False,
+    "properties": {
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["loc", "msg"],
+                "properties": {
+                    "loc": {"type": "string"},
+                    "msg": {"type": "string"},
+                    "fix": {"type": "string"},
+                },
+            },
+        }
+    },
+}
 # Answers any operation can give, documented once for all of them.
 COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
     400: _error_doc("The request could not be read (malformed JSON, nesting too deep)."),
     413: _error_doc("The body is larger than TUNEYARD_MAX_BODY_BYTES."),
-    422: {"description": "Field errors: loc, msg, fix.",
-          "content": {"application/json": {"schema": FIELD_ERRORS_SCHEMA}}},
+    422: {
+        "description": "Field errors: loc, msg, fix.",
+        "content": {"application/json": {"schema": FIELD_ERRORS_SCHEMA}},
+    },
     500: _error_doc("A server fault; the server log has it under the answer's X-Request-ID."),
-}  # fmt: skip
+}
 
 
 def not_found(what: str, ident: str) -> ApiError:

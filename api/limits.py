@@ -35,8 +35,11 @@ class BodyTooLarge(HTTPException):
     body parsing lets it through and the app's handler answers it in the error shape."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(413, f"the request body is larger than {limit} bytes; send a "
-                         "smaller body (a recipe is a few KB)")  # fmt: skip
+        super().__init__(
+            413,
+            f"the request body is larger than {limit} bytes; send a "
+            "smaller body (a recipe is a few KB)",
+        )
 
 
 def _declared_length(scope: Scope) -> int | None:
@@ -58,8 +61,9 @@ class BodyLimitMiddleware:
 
     async def refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = str(BodyTooLarge(self.max_bytes).detail)
-        response = JSONResponse(error_body(TOO_LARGE, message), status_code=413,
-                                headers={"Connection": "close"})  # fmt: skip
+        response = JSONResponse(
+            error_body(TOO_LARGE, message), status_code=413, headers={"Connection": "close"}
+        )
         await response(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -109,8 +113,9 @@ class BoundedJsonRequest(Request):
                     body, parse_int=bounded_int, parse_constant=_refuse_constant
                 )
             except RecursionError as exc:  # past ~1000 levels: Python's parser gives up
-                raise HTTPException(400, "the JSON body nests too deeply to read; a recipe "
-                                    "may nest 32 levels") from exc  # fmt: skip
+                raise HTTPException(
+                    400, "the JSON body nests too deeply to read; a recipe may nest 32 levels"
+                ) from exc
         return self._json
 
 

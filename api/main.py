@@ -54,11 +54,16 @@ def announce_auth(settings: Settings) -> None:
         log.info("API keys required (TUNEYARD_AUTH=on)")
         return
     if database_url(settings).startswith("sqlite"):
-        log.warning("TUNEYARD_AUTH=off: no API key needed; every caller is admin of project "
-                    "'default' (embedded local default only)")  # fmt: skip
+        log.warning(
+            "TUNEYARD_AUTH=off: no API key needed; every caller is admin of project "
+            "'default' (embedded local default only)"
+        )
     else:
-        log.warning("TUNEYARD_AUTH=off on a shared database (%s): anyone who reaches this "
-                    "port is admin; set TUNEYARD_AUTH=on", database_url(settings).split("@")[-1])  # fmt: skip
+        log.warning(
+            "TUNEYARD_AUTH=off on a shared database (%s): anyone who reaches this "
+            "port is admin; set TUNEYARD_AUTH=on",
+            database_url(settings).split("@")[-1],
+        )
 
 
 def _mount_dashboard(app: FastAPI) -> None:
@@ -102,14 +107,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             gc.set_threshold(*thresholds)
             gc.unfreeze()
 
-    app = FastAPI(title="tuneyard", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
-                  responses=COMMON_ERRORS, generate_unique_id_function=operation_id)  # fmt: skip
+    app = FastAPI(
+        title="tuneyard",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        responses=COMMON_ERRORS,
+        generate_unique_id_function=operation_id,
+    )
     app.state.settings = settings
     app.state.broker_at_startup = "not connected yet"
     app.state.session_factory = sessionmaker(bind=get_engine(settings), expire_on_commit=False)
     app.state.kept_principals = KeptPrincipals()
-    app.state.capacity = CapacityCache(settings.capacity_cache_seconds,
-                                       settings.worker_live_seconds)  # fmt: skip
+    app.state.capacity = CapacityCache(
+        settings.capacity_cache_seconds, settings.worker_live_seconds
+    )
     install_error_handlers(app)
     # Inside the metrics middleware, so a refused body still counts as a 413.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -22,8 +22,9 @@ from api.errors import InvalidRequest
 from api.sse import parse_event_id
 from jobs.recipe.errors import FieldError
 
-CURSOR_DOC = ("The `next_cursor` of the previous page; wins over the older per-route "
-              "parameter it replaces.")  # fmt: skip
+CURSOR_DOC = (
+    "The `next_cursor` of the previous page; wins over the older per-route parameter it replaces."
+)
 
 
 def numeric_cursor(cursor: str | None, fallback: int | None) -> int | None:
@@ -32,8 +33,15 @@ def numeric_cursor(cursor: str | None, fallback: int | None) -> int | None:
         return fallback
     value = parse_event_id(cursor)
     if value is None:
-        raise InvalidRequest([FieldError("cursor", "not a cursor returned by this server",
-                                         "pass the `next_cursor` of the previous page")])  # fmt: skip
+        raise InvalidRequest(
+            [
+                FieldError(
+                    "cursor",
+                    "not a cursor returned by this server",
+                    "pass the `next_cursor` of the previous page",
+                )
+            ]
+        )
     return value
 
 

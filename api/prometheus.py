@@ -29,10 +29,15 @@ from prometheus_client.core import REGISTRY
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-REQUESTS = Counter("tuneyard_http_requests", "HTTP requests answered.",
-                   ["method", "route", "status"])  # fmt: skip
-LATENCY = Histogram("tuneyard_http_request_duration_seconds", "Time to answer a request.",
-                    ["method", "route"], buckets=BUCKETS)  # fmt: skip
+REQUESTS = Counter(
+    "tuneyard_http_requests", "HTTP requests answered.", ["method", "route", "status"]
+)
+LATENCY = Histogram(
+    "tuneyard_http_request_duration_seconds",
+    "Time to answer a request.",
+    ["method", "route"],
+    buckets=BUCKETS,
+)
 
 
 def request_metrics_text() -> bytes:

@@ -34,15 +34,17 @@ class JobCreate(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
-            "examples": [{
-                "name": "llama-sft",
-                "recipe_yaml": "step_scheduler:\n  max_steps: 100\n",
-                "overrides": ["optimizer.lr=1e-4"],
-                "resources": {"nnodes": 1, "nproc_per_node": 1, "accelerator": "cpu"},
-                "labels": {"team": "nlp"},
-            }]
+            "examples": [
+                {
+                    "name": "llama-sft",
+                    "recipe_yaml": "step_scheduler:\n  max_steps: 100\n",
+                    "overrides": ["optimizer.lr=1e-4"],
+                    "resources": {"nnodes": 1, "nproc_per_node": 1, "accelerator": "cpu"},
+                    "labels": {"team": "nlp"},
+                }
+            ]
         },
-    )  # fmt: skip
+    )
 
     name: str | None = Field(None, min_length=1, max_length=200)
     recipe: dict[str, Any] | None = None

@@ -56,10 +56,15 @@ def last_event_id(request: Request, fallback: int = 0) -> int:
         return fallback
     value = parse_event_id(raw.strip())
     if value is None:
-        raise InvalidRequest([FieldError(
-            "Last-Event-ID", f"'{raw[:40]}' is not an event id (ASCII digits, at most {MAX_EVENT_ID})",
-            "send the `id` of the last event received, or no header to start from the cursor",
-        )])  # fmt: skip
+        raise InvalidRequest(
+            [
+                FieldError(
+                    "Last-Event-ID",
+                    f"'{raw[:40]}' is not an event id (ASCII digits, at most {MAX_EVENT_ID})",
+                    "send the `id` of the last event received, or no header to start from the cursor",
+                )
+            ]
+        )
     return value
 
 

@@ -61,10 +61,15 @@ def queue_for(resources: dict[str, Any]) -> str:
 
 def _recipe_input(body: JobCreate) -> dict[str, Any] | str:
     if (body.recipe is None) == (body.recipe_yaml is None):
-        raise InvalidRequest([FieldError(
-            "recipe", "give exactly one of `recipe` (an object) or `recipe_yaml` (text)",
-            "send the recipe as a JSON object in `recipe`, or its YAML text in `recipe_yaml`",
-        )])  # fmt: skip
+        raise InvalidRequest(
+            [
+                FieldError(
+                    "recipe",
+                    "give exactly one of `recipe` (an object) or `recipe_yaml` (text)",
+                    "send the recipe as a JSON object in `recipe`, or its YAML text in `recipe_yaml`",
+                )
+            ]
+        )
     if body.recipe is not None:
         return body.recipe
     # A one-line string ending in .yaml would be read as a server-side path: never do that.
@@ -133,9 +138,12 @@ def project_scope(session: Session, principal: Principal) -> JobScope:
 
 
 def check_request(
-    body: JobCreate, settings: Settings, principal: Principal, session: Session,
+    body: JobCreate,
+    settings: Settings,
+    principal: Principal,
+    session: Session,
     capacity: CapacityCache,
-) -> Validated:  # fmt: skip
+) -> Validated:
     """Run every check; returns what to store, or raises InvalidRequest.
 
     The principal brings its project's remote-code grant (the operator's is in `settings`)
@@ -155,9 +163,16 @@ def check_request(
     memory, rate = capacity.get(session, queue)
     end_read(session)
     result = validate_cached(
-        _recipe_input(body), body.overrides, resources, settings, grant, scope=scope,
-        device_memory=memory, flops_per_rank=rate, handed_over=body.recipe is not None,
-    )  # fmt: skip
+        _recipe_input(body),
+        body.overrides,
+        resources,
+        settings,
+        grant,
+        scope=scope,
+        device_memory=memory,
+        flops_per_rank=rate,
+        handed_over=body.recipe is not None,
+    )
     if not result.valid or result.recipe is None:
         raise InvalidRequest(result.errors or [FieldError("recipe", "invalid", "")])
     plan = _with_worker_check(result.plan, queue, session, settings)
@@ -245,10 +260,14 @@ def enqueue(session: Session, job: Job, settings: Settings) -> bool:
 
 
 def submit(
-    body: JobCreate, settings: Settings, session: Session, capacity: CapacityCache,
-    creds: HTTPAuthorizationCredentials | None, kept: KeptPrincipals,
+    body: JobCreate,
+    settings: Settings,
+    session: Session,
+    capacity: CapacityCache,
+    creds: HTTPAuthorizationCredentials | None,
+    kept: KeptPrincipals,
     idempotency_key: str | None,
-) -> tuple[Job, bool, Principal]:  # fmt: skip
+) -> tuple[Job, bool, Principal]:
     """A submit from the caller's key to the queued job: (job, created, principal).
 
     A key this process verified before is not looked up again: the insert checks it in the
@@ -258,12 +277,14 @@ def submit(
     grant is validated again. A replay (an Idempotency-Key) always asks first, since it
     answers a stored job without writing.
     """
-    principal, guard, from_memory = submitter(settings, session, creds, kept,
-                                              fresh=bool(idempotency_key))  # fmt: skip
+    principal, guard, from_memory = submitter(
+        settings, session, creds, kept, fresh=bool(idempotency_key)
+    )
     for _ in range(2):
         try:
-            job, created = _submit_as(principal, guard, body, settings, session, capacity,
-                                      idempotency_key)  # fmt: skip
+            job, created = _submit_as(
+                principal, guard, body, settings, session, capacity, idempotency_key
+            )
             return job, created, principal
         except InvalidRequest:
             if not from_memory:
@@ -280,17 +301,26 @@ def submit(
 
 
 def _submit_as(
-    principal: Principal, guard: KeyGuard | None, body: JobCreate, settings: Settings,
-    session: Session, capacity: CapacityCache, idempotency_key: str | None,
-) -> tuple[Job, bool]:  # fmt: skip
+    principal: Principal,
+    guard: KeyGuard | None,
+    body: JobCreate,
+    settings: Settings,
+    session: Session,
+    capacity: CapacityCache,
+    idempotency_key: str | None,
+) -> tuple[Job, bool]:
     replayed = replayed_job(session, principal, idempotency_key, body)
     if replayed is not None:
         return replayed, False
     checked = check_request(body, settings, principal, session, capacity)
     job, created = store.create_job(
-        session, principal.project_id, new_job(body, checked, idempotency_key),
-        looked_up=True, dispatching=True, guard=guard,
-    )  # fmt: skip
+        session,
+        principal.project_id,
+        new_job(body, checked, idempotency_key),
+        looked_up=True,
+        dispatching=True,
+        guard=guard,
+    )
     if created:
         send_new_job(session, job, settings)
     return job, created

@@ -47,8 +47,10 @@ def install_tracing(app: FastAPI) -> bool:
         _configure_exporter()
         from opentelemetry import trace
     except ImportError as exc:
-        log.warning("TUNEYARD_OTEL=on but OpenTelemetry is not installed (%s); install "
-                    "tuneyard[otel]", exc.name)  # fmt: skip
+        log.warning(
+            "TUNEYARD_OTEL=on but OpenTelemetry is not installed (%s); install tuneyard[otel]",
+            exc.name,
+        )
         return False
     app.add_middleware(TracingMiddleware, tracer=trace.get_tracer("tuneyard.api"))
     return True

@@ -59,20 +59,38 @@ def _environment() -> int:
 
 
 def memo_key(
-    recipe: Any, overrides: Any, resources: Any, settings: RecipeSettings, grant: bool,
-    scope: JobScope | None, device_memory: int | None, flops_per_rank: float | None,
-) -> bytes | None:  # fmt: skip
+    recipe: Any,
+    overrides: Any,
+    resources: Any,
+    settings: RecipeSettings,
+    grant: bool,
+    scope: JobScope | None,
+    device_memory: int | None,
+    flops_per_rank: float | None,
+) -> bytes | None:
     """The inputs as one byte string, or None when one of them is not plain JSON."""
     if not isinstance(recipe, dict):
         return None  # a path or YAML text: read and parsed each time
     try:
         return orjson.dumps(
-            [recipe, overrides, resources, grant, scope.project if scope else None,
-             device_memory, flops_per_rank, type(settings).__name__, settings.__dict__,
-             os.getcwd(), _environment(), registry_version(), id(TARGETS),
-             [id(spec) for spec in TARGETS.values()]],
+            [
+                recipe,
+                overrides,
+                resources,
+                grant,
+                scope.project if scope else None,
+                device_memory,
+                flops_per_rank,
+                type(settings).__name__,
+                settings.__dict__,
+                os.getcwd(),
+                _environment(),
+                registry_version(),
+                id(TARGETS),
+                [id(spec) for spec in TARGETS.values()],
+            ],
             default=_plain,
-        )  # fmt: skip
+        )
     except TypeError:  # a marker a bounds check refuses, an object: validate it afresh
         return None
 
@@ -80,20 +98,39 @@ def memo_key(
 def _handed_out(result: ValidationResult, plan: bytes, recipe: bytes) -> ValidationResult:
     """The kept result with its own stored recipe and plan (both JSON: copied through
     orjson, a few microseconds, where a Python walk of them costs ~0.1 ms)."""
-    return dataclasses.replace(result, plan=orjson.loads(plan), recipe=orjson.loads(recipe),
-                               errors=list(result.errors), warnings=list(result.warnings))  # fmt: skip
+    return dataclasses.replace(
+        result,
+        plan=orjson.loads(plan),
+        recipe=orjson.loads(recipe),
+        errors=list(result.errors),
+        warnings=list(result.warnings),
+    )
 
 
 def validate_cached(
-    recipe: Any, overrides: Any = (), resources: Any = None,
-    settings: RecipeSettings | None = None, allow_remote_code: bool = False, *,
-    scope: JobScope | None = None, device_memory: int | None = None,
-    flops_per_rank: float | None = None, handed_over: bool = False,
-) -> ValidationResult:  # fmt: skip
+    recipe: Any,
+    overrides: Any = (),
+    resources: Any = None,
+    settings: RecipeSettings | None = None,
+    allow_remote_code: bool = False,
+    *,
+    scope: JobScope | None = None,
+    device_memory: int | None = None,
+    flops_per_rank: float | None = None,
+    handed_over: bool = False,
+) -> ValidationResult:
     """`validate_job`, answered from a kept validation when nothing it saw has changed."""
     settings = settings or RecipeSettings()
-    key = memo_key(recipe, overrides, resources, settings, allow_remote_code, scope,
-                   device_memory, flops_per_rank)  # fmt: skip
+    key = memo_key(
+        recipe,
+        overrides,
+        resources,
+        settings,
+        allow_remote_code,
+        scope,
+        device_memory,
+        flops_per_rank,
+    )
     if key is not None:
         with _lock:
             found = _kept.get(key)
@@ -105,9 +142,17 @@ def validate_cached(
             if unchanged:
                 return _handed_out(*found[1:])
     with observe.recording() as seen:
-        result = validate_job(recipe, overrides, resources, settings, allow_remote_code,
-                              scope=scope, device_memory=device_memory,
-                              flops_per_rank=flops_per_rank, handed_over=handed_over)  # fmt: skip
+        result = validate_job(
+            recipe,
+            overrides,
+            resources,
+            settings,
+            allow_remote_code,
+            scope=scope,
+            device_memory=device_memory,
+            flops_per_rank=flops_per_rank,
+            handed_over=handed_over,
+        )
     if key is not None and result.valid and seen.cacheable:
         try:
             kept = (seen.calls, result, orjson.dumps(result.plan), orjson.dumps(result.recipe))

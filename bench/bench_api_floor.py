@@ -28,8 +28,9 @@ from jobs.store.engine import normalize_url  # noqa: E402
 from jobs.store.settings import get_settings  # noqa: E402
 
 # One pooled connection per threadpool thread (anyio's default: 40), none opened per request.
-engine = create_engine(normalize_url(os.environ["TUNEYARD_DATABASE_URL"]), pool_size=40,
-                       max_overflow=10)  # fmt: skip
+engine = create_engine(
+    normalize_url(os.environ["TUNEYARD_DATABASE_URL"]), pool_size=40, max_overflow=10
+)
 settings = get_settings()
 app = FastAPI()
 KEY = text("SELECT k.project_id FROM api_keys k WHERE k.key_hash = :h AND k.revoked_at IS NULL")
@@ -59,9 +60,16 @@ def create_job(request_body: dict, request: Request) -> JSONResponse:
         project = conn.execute(KEY, {"h": key_hash}).scalar()
         if project is None:
             return JSONResponse({"error": "unauthorized"}, 401)
-        conn.execute(JOB, {"id": job_id, "p": project, "now": now,
-                           "name": str(request_body.get("name", "job"))[:200],
-                           "spec": json.dumps(request_body)})  # fmt: skip
+        conn.execute(
+            JOB,
+            {
+                "id": job_id,
+                "p": project,
+                "now": now,
+                "name": str(request_body.get("name", "job"))[:200],
+                "spec": json.dumps(request_body),
+            },
+        )
         conn.execute(EVENT, {"id": job_id, "now": now})
     enqueue_job(job_id, "cpu", settings)
     return JSONResponse({"id": job_id, "status": "queued"}, 201)

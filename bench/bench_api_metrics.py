@@ -52,8 +52,21 @@ def load_metrics(url: str, rows: int) -> str:
     ):
         for step in range(1, rows + 1):
             loss = 3.0 * math.exp(-step / 40_000) + 0.05 * rng.random()
-            copy.write_row((job_id, 1, "train", step, step // 10_000, loss, 1.0, 1e-4, 5e4,
-                            step * 4096, 1.7e9 + step))  # fmt: skip
+            copy.write_row(
+                (
+                    job_id,
+                    1,
+                    "train",
+                    step,
+                    step // 10_000,
+                    loss,
+                    1.0,
+                    1e-4,
+                    5e4,
+                    step * 4096,
+                    1.7e9 + step,
+                )
+            )
     raw.commit()
     with raw.cursor() as cur:
         cur.execute("ANALYZE metrics")
@@ -92,8 +105,10 @@ def time_get_plain(client: httpx.Client, path: str, repeat: int) -> tuple[list[f
 
 def line(label: str, times: list[float], n: int, base: float) -> str:
     median = statistics.median(times)
-    return (f"  {label:<28}: median {median:6.1f} ms, p99 {percentile(times, 0.99):6.1f} ms, "
-            f"{n:5d} records, {median / base:5.2f}x the raw page")  # fmt: skip
+    return (
+        f"  {label:<28}: median {median:6.1f} ms, p99 {percentile(times, 0.99):6.1f} ms, "
+        f"{n:5d} records, {median / base:5.2f}x the raw page"
+    )
 
 
 def main() -> None:
@@ -120,8 +135,10 @@ def main() -> None:
             same, _ = time_get(client, path, raw_q, args.repeat, {"If-None-Match": etag})
             floor, _ = time_get_plain(client, "/healthz", args.repeat)
     base_ms = statistics.median(raw)
-    print(f"{args.rows} train records loaded with COPY in {load_s:.1f} s; "
-          f"median of {args.repeat} HTTP GETs each, one uvicorn process, {os.cpu_count()} CPUs")  # fmt: skip
+    print(
+        f"{args.rows} train records loaded with COPY in {load_s:.1f} s; "
+        f"median of {args.repeat} HTTP GETs each, one uvicorn process, {os.cpu_count()} CPUs"
+    )
     print(line("last 1000 raw records", raw, n_raw, base_ms))
     print(line("max_points=1000 (whole run)", down, n_down, base_ms))
     print(line("empty poll (nothing new)", empty, n_empty, base_ms))

@@ -35,10 +35,17 @@ sys.path.insert(0, str(REPO))
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS_URL = "redis://127.0.0.1:6379/1"
-TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512,
-              "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2,
-              "max_position_embeddings": 256}  # fmt: skip
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+}
 
 
 def free_port() -> int:
@@ -67,13 +74,19 @@ def write_assets(root: Path) -> dict:
     write_squad_dir(root / "squad", n=8)
     return {
         "step_scheduler": {"max_steps": 20, "global_batch_size": 8},
-        "model": {"_target_": "tuneyard.models.AutoModelForCausalLM.from_pretrained",
-                  "pretrained_model_name_or_path": str(root / "tiny_llama"), "dtype": "float32"},
-        "dataset": {"_target_": "tuneyard.datasets.SquadDataset",
-                    "path_or_dataset": str(root / "squad"), "max_seq_length": 64},
+        "model": {
+            "_target_": "tuneyard.models.AutoModelForCausalLM.from_pretrained",
+            "pretrained_model_name_or_path": str(root / "tiny_llama"),
+            "dtype": "float32",
+        },
+        "dataset": {
+            "_target_": "tuneyard.datasets.SquadDataset",
+            "path_or_dataset": str(root / "squad"),
+            "max_seq_length": 64,
+        },
         "dataloader": {"batch_size": 4},
         "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-3},
-    }  # fmt: skip
+    }
 
 
 def prepared(url: str, tmp: Path) -> tuple[dict[str, str], str]:
@@ -82,9 +95,14 @@ def prepared(url: str, tmp: Path) -> tuple[dict[str, str], str]:
     from jobs.store.engine import session_scope, upgrade_database
     from jobs.store.settings import Settings
 
-    env = {"TUNEYARD_DATABASE_URL": url, "TUNEYARD_BROKER_URL": REDIS_URL,
-           "TUNEYARD_HOME": str(tmp / "home"), "TUNEYARD_DATA_ROOTS": str(tmp),
-           "PYTHONPATH": f"{REPO}:{REPO / 'bench'}", "TUNEYARD_LOG_FORMAT": "text"}  # fmt: skip
+    env = {
+        "TUNEYARD_DATABASE_URL": url,
+        "TUNEYARD_BROKER_URL": REDIS_URL,
+        "TUNEYARD_HOME": str(tmp / "home"),
+        "TUNEYARD_DATA_ROOTS": str(tmp),
+        "PYTHONPATH": f"{REPO}:{REPO / 'bench'}",
+        "TUNEYARD_LOG_FORMAT": "text",
+    }
     settings = Settings(database_url=url)
     upgrade_database(settings)
     with session_scope(settings) as session:
@@ -99,8 +117,19 @@ def api_server(
     own, key = prepared(url, tmp)
     env = {**os.environ, **own}
     port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", app, "--port", str(port), "--workers", str(workers),
-           "--log-level", "warning", "--no-access-log"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        app,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+    ]
     out = log.open("ab") if log else None
     proc = subprocess.Popen(cmd, env=env, cwd=tmp, stderr=out)
     api_server.pid = proc.pid  # type: ignore[attr-defined]  (for server_cpu_seconds)
@@ -137,8 +166,10 @@ async def post_many(
         queue.put_nowait(i)
     headers = {"Authorization": f"Bearer {key}"}
     limits = httpx.Limits(max_connections=1)
-    clients = [httpx.AsyncClient(base_url=base, headers=headers, timeout=120, limits=limits,
-                                 verify=False) for _ in range(concurrency)]  # fmt: skip
+    clients = [
+        httpx.AsyncClient(base_url=base, headers=headers, timeout=120, limits=limits, verify=False)
+        for _ in range(concurrency)
+    ]
     try:
         await asyncio.gather(*(c.get("/healthz") for c in clients))  # connected
 
@@ -197,9 +228,11 @@ def run_once(
 def summary(label: str, latencies: list[float], wall: float, requests: int) -> tuple[str, float]:
     ms = sorted(x * 1000 for x in latencies)
     rate = requests / wall
-    return (f"  {label:<22} median {statistics.median(ms):7.1f} ms   p99 "
-            f"{percentile(ms, 0.99):7.1f} ms   p99/median {percentile(ms, 0.99) / statistics.median(ms):4.1f}"
-            f"   {rate:6.1f} req/s"), rate  # fmt: skip
+    return (
+        f"  {label:<22} median {statistics.median(ms):7.1f} ms   p99 "
+        f"{percentile(ms, 0.99):7.1f} ms   p99/median {percentile(ms, 0.99) / statistics.median(ms):4.1f}"
+        f"   {rate:6.1f} req/s"
+    ), rate
 
 
 def main() -> None:
@@ -211,8 +244,10 @@ def main() -> None:
     args = parser.parse_args()
     import redis
 
-    print(f"POST /v1/jobs on PostgreSQL, {args.concurrency} concurrent clients, "
-          f"{args.requests} requests per run, {os.cpu_count()} CPUs")  # fmt: skip
+    print(
+        f"POST /v1/jobs on PostgreSQL, {args.concurrency} concurrent clients, "
+        f"{args.requests} requests per run, {os.cpu_count()} CPUs"
+    )
     refused_total, ratios, cpu_ratios = 0, [], []
     for run in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp, pg_database() as url:
@@ -221,19 +256,24 @@ def main() -> None:
             ours = run_once(url, Path(tmp), "api.main:app", body, args, args.workers)
             redis.Redis.from_url(REDIS_URL).flushdb()
         floor_line, floor_rate = summary("floor app (1 process)", floor[0], floor[1], args.requests)
-        ours_line, ours_rate = summary(f"tuneyard api ({args.workers} proc)", ours[0], ours[1],
-                                       args.requests)  # fmt: skip
+        ours_line, ours_rate = summary(
+            f"tuneyard api ({args.workers} proc)", ours[0], ours[1], args.requests
+        )
         refused_total += ours[2]
         ratios.append(ours_rate / floor_rate)
         cpu_ratios.append(floor[3] / ours[3])
-        print(f"run {run + 1}:\n{floor_line}   server CPU {floor[3]:.1f} ms/req\n{ours_line}"
-              f"   server CPU {ours[3]:.1f} ms/req\n  tuneyard/floor: throughput "
-              f"{ratios[-1]:.2f}x, CPU-bound rate (floor CPU / tuneyard CPU) "
-              f"{cpu_ratios[-1]:.2f}x   'broker refused' at submit: {ours[2]}")  # fmt: skip
+        print(
+            f"run {run + 1}:\n{floor_line}   server CPU {floor[3]:.1f} ms/req\n{ours_line}"
+            f"   server CPU {ours[3]:.1f} ms/req\n  tuneyard/floor: throughput "
+            f"{ratios[-1]:.2f}x, CPU-bound rate (floor CPU / tuneyard CPU) "
+            f"{cpu_ratios[-1]:.2f}x   'broker refused' at submit: {ours[2]}"
+        )
     if args.runs > 1:
-        print(f"{args.runs} runs: median throughput ratio {statistics.median(ratios):.2f}x, "
-              f"median CPU ratio {statistics.median(cpu_ratios):.2f}x, "
-              f"'broker refused' in all runs: {refused_total}")  # fmt: skip
+        print(
+            f"{args.runs} runs: median throughput ratio {statistics.median(ratios):.2f}x, "
+            f"median CPU ratio {statistics.median(cpu_ratios):.2f}x, "
+            f"'broker refused' in all runs: {refused_total}"
+        )
 
 
 if __name__ == "__main__":

@@ -59,13 +59,22 @@ def build_run(root: Path, is_async: bool) -> SimpleNamespace:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     recipe = SimpleNamespace(model={}, to_json=lambda: {})
     return SimpleNamespace(
-        model=model, optimizer=optimizer, scheduler=None, recipe=recipe, tokenizer=None,
+        model=model,
+        optimizer=optimizer,
+        scheduler=None,
+        recipe=recipe,
+        tokenizer=None,
         checkpoints=CheckpointManager(root, True, keep_last=1, is_async=is_async),
         env=SimpleNamespace(is_rank0=True, world_size=1, rank=0),
-        topology=SimpleNamespace(dp_size=1, mesh_shape=lambda: {"dp_shard": 1}), data_state={"epoch": 0, "batches_done": 0},
-        architecture="LlamaForCausalLM", is_peft=False, step=0, max_steps=10**9,
-        skipped_batches=set(), pipeline=None,
-    )  # fmt: skip
+        topology=SimpleNamespace(dp_size=1, mesh_shape=lambda: {"dp_shard": 1}),
+        data_state={"epoch": 0, "batches_done": 0},
+        architecture="LlamaForCausalLM",
+        is_peft=False,
+        step=0,
+        max_steps=10**9,
+        skipped_batches=set(),
+        pipeline=None,
+    )
 
 
 def train_step(run: SimpleNamespace, ids: Any) -> None:

@@ -30,8 +30,14 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-MODEL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, attention_dropout=0.0)  # fmt: skip
+MODEL = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    attention_dropout=0.0,
+)
 
 
 def recipe_for(model_dir: Path, distributed: dict, ranks: int, seq: int, measured: int) -> dict:
@@ -52,7 +58,7 @@ def recipe_for(model_dir: Path, distributed: dict, ranks: int, seq: int, measure
             "vocab_size": 512,
             "seq_length": seq,
             "num_samples": 4 * ranks,
-        },  # fmt: skip
+        },
         "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4},
         "checkpoint": {"enabled": False},
     }
@@ -62,12 +68,26 @@ def run_layout(root: Path, name: str, recipe: dict, ranks: int) -> dict:
     """One torchrun of the trainer; its `benchmark_summary` event."""
     recipe_path, run_dir = root / f"{name}.yaml", root / "runs" / name
     recipe_path.write_text(yaml.safe_dump(recipe))
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-           "TUNEYARD_DATA_ROOTS": str(root), "TUNEYARD_CHECKPOINT_ROOTS": str(root),
-           "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}  # fmt: skip
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={ranks}", "-m", "trainer", "--recipe", str(recipe_path),
-               "--run-dir", str(run_dir)]  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "TUNEYARD_DATA_ROOTS": str(root),
+        "TUNEYARD_CHECKPOINT_ROOTS": str(root),
+        "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={ranks}",
+        "-m",
+        "trainer",
+        "--recipe",
+        str(recipe_path),
+        "--run-dir",
+        str(run_dir),
+    ]
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{name} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
@@ -75,8 +95,11 @@ def run_layout(root: Path, name: str, recipe: dict, ranks: int) -> dict:
     summary = next(e for e in events if e["event"] == "benchmark_summary")
     started = next(e for e in events if e["event"] == "started")
     tokens = {r["num_tokens"] for r in map(json.loads, (run_dir / "metrics.jsonl").open())}
-    return {"tps": summary["tokens_per_s"]["median"], "mesh": started["mesh_shape"],
-            "tokens_per_step": sorted(tokens)}  # fmt: skip
+    return {
+        "tps": summary["tokens_per_s"]["median"],
+        "mesh": started["mesh_shape"],
+        "tokens_per_step": sorted(tokens),
+    }
 
 
 def main() -> None:
@@ -89,8 +112,7 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     from trainer.assets import build_tiny_llama
 
-    layouts = {"fsdp2": {"strategy": "fsdp2"},
-               "cp": {"strategy": "fsdp2", "cp_size": args.ranks}}  # fmt: skip
+    layouts = {"fsdp2": {"strategy": "fsdp2"}, "cp": {"strategy": "fsdp2", "cp_size": args.ranks}}
     results: dict[str, list[float]] = {name: [] for name in layouts}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -100,8 +122,11 @@ def main() -> None:
                 recipe = recipe_for(model_dir, distributed, args.ranks, args.seq, args.measured)
                 got = run_layout(root, f"{name}-{round_}", recipe, args.ranks)
                 results[name].append(got["tps"])
-                print(f"round {round_} {name:5s} mesh {got['mesh']} tokens/step "
-                      f"{got['tokens_per_step']}: {got['tps']:.0f} tokens/s", flush=True)  # fmt: skip
+                print(
+                    f"round {round_} {name:5s} mesh {got['mesh']} tokens/step "
+                    f"{got['tokens_per_step']}: {got['tps']:.0f} tokens/s",
+                    flush=True,
+                )
     fsdp, cp = statistics.median(results["fsdp2"]), statistics.median(results["cp"])
     print(f"seq {args.seq}, {args.ranks} ranks, global batch {args.ranks} rows")
     print(f"fsdp2 (dp_shard {args.ranks}): {fsdp:.0f} tokens/s (median of {args.rounds})")

@@ -33,18 +33,30 @@ def tiny_recipe(base: Path, max_steps: int) -> dict:
 
     model = build_tiny_llama(base / "model")
     data = write_instruction_jsonl(base / "train.jsonl", n=256)
-    dataset = {"_target_": "tuneyard.datasets.JsonlInstructionDataset", "path": str(data),
-               "tokenizer_name_or_path": str(model), "max_seq_length": 32}  # fmt: skip
+    dataset = {
+        "_target_": "tuneyard.datasets.JsonlInstructionDataset",
+        "path": str(data),
+        "tokenizer_name_or_path": str(model),
+        "max_seq_length": 32,
+    }
     recipe = {
-        "step_scheduler": {"max_steps": max_steps, "global_batch_size": 4, "local_batch_size": 4,
-                           "checkpoint_interval": max_steps, "log_interval": 1},
+        "step_scheduler": {
+            "max_steps": max_steps,
+            "global_batch_size": 4,
+            "local_batch_size": 4,
+            "checkpoint_interval": max_steps,
+            "log_interval": 1,
+        },
         "rng": {"seed": 0},
-        "model": {"_target_": "tuneyard.models.AutoModelForCausalLM.from_pretrained",
-                  "pretrained_model_name_or_path": str(model), "dtype": "float32"},
+        "model": {
+            "_target_": "tuneyard.models.AutoModelForCausalLM.from_pretrained",
+            "pretrained_model_name_or_path": str(model),
+            "dtype": "float32",
+        },
         "dataset": dataset,
         "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-3},
         "checkpoint": {"enabled": True},
-    }  # fmt: skip
+    }
     result = validate_job(recipe, resources={"nnodes": 1, "nproc_per_node": 1})
     assert result.valid, result.errors
     return result.recipe
@@ -68,8 +80,13 @@ def by_hand(recipe: dict, base: Path) -> float:
     spec = LaunchSpec(job_id="hand", attempt=1, run_dir=run_dir)
     metrics = run_dir / "metrics.jsonl"
     start = time.perf_counter()
-    proc = subprocess.Popen(build_command(spec), env=build_env(spec), cwd=run_dir,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        build_command(spec),
+        env=build_env(spec),
+        cwd=run_dir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     first = wait_until(lambda: metrics.exists() and b'"train"' in metrics.read_bytes())
     proc.wait(120)
     return first - start
@@ -122,10 +139,15 @@ def main() -> None:
     name = f"tuneyard_worker_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    env = {"TUNEYARD_DATABASE_URL": f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}",
-           "TUNEYARD_BROKER_URL": REDIS_URL, "TUNEYARD_HOME": str(base / "home"),
-           "TUNEYARD_DATA_ROOTS": str(base), "TUNEYARD_CHECKPOINT_ROOTS": str(base),
-           "TUNEYARD_AUTH": "off", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # fmt: skip
+    env = {
+        "TUNEYARD_DATABASE_URL": f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}",
+        "TUNEYARD_BROKER_URL": REDIS_URL,
+        "TUNEYARD_HOME": str(base / "home"),
+        "TUNEYARD_DATA_ROOTS": str(base),
+        "TUNEYARD_CHECKPOINT_ROOTS": str(base),
+        "TUNEYARD_AUTH": "off",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
     os.environ.update(env)
     redis.Redis.from_url(REDIS_URL).flushdb()
     worker = None
@@ -134,9 +156,23 @@ def main() -> None:
 
         Base.metadata.create_all(create_engine(env["TUNEYARD_DATABASE_URL"]))
         recipe = tiny_recipe(base, args.steps)
-        worker = subprocess.Popen([sys.executable, "-m", "cli.main", "worker", "-Q", "cpu",
-                                   "--name", "bench", "--loglevel", "WARNING"], cwd=REPO,
-                                  env=os.environ.copy(), start_new_session=True)  # fmt: skip
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "worker",
+                "-Q",
+                "cpu",
+                "--name",
+                "bench",
+                "--loglevel",
+                "WARNING",
+            ],
+            cwd=REPO,
+            env=os.environ.copy(),
+            start_new_session=True,
+        )
         time.sleep(5)  # let the worker connect
         from fastapi.testclient import TestClient
 

@@ -51,11 +51,19 @@ class Case:
 
 # A fractional grid: every size, each factor on and off, both rank counts.
 GRID = [
-    Case("S", False, False, 1), Case("S", True, False, 1), Case("S", False, True, 2),
-    Case("S", True, True, 2), Case("M", False, False, 1), Case("M", False, True, 1),
-    Case("M", True, False, 2), Case("M", False, False, 2), Case("L", False, False, 1),
-    Case("L", True, True, 1), Case("L", False, True, 2), Case("L", True, False, 2),
-]  # fmt: skip
+    Case("S", False, False, 1),
+    Case("S", True, False, 1),
+    Case("S", False, True, 2),
+    Case("S", True, True, 2),
+    Case("M", False, False, 1),
+    Case("M", False, True, 1),
+    Case("M", True, False, 2),
+    Case("M", False, False, 2),
+    Case("L", False, False, 1),
+    Case("L", True, True, 1),
+    Case("L", False, True, 2),
+    Case("L", True, False, 2),
+]
 
 
 # Configs the constants in jobs.recipe.estimate were not fitted on (`--grid held-out`).
@@ -74,27 +82,39 @@ def build_model(root: Path, size: str) -> Path:
     hidden, layers, inter, heads, kv = SIZES[size]
     build_tokenizer(directory, vocab_size=512)
     torch.manual_seed(0)
-    config = tiny_llama_config(VOCAB, hidden_size=hidden, num_hidden_layers=layers,
-                               intermediate_size=inter, num_attention_heads=heads,
-                               num_key_value_heads=kv, max_position_embeddings=SEQ)  # fmt: skip
+    config = tiny_llama_config(
+        VOCAB,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        intermediate_size=inter,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        max_position_embeddings=SEQ,
+    )
     LlamaForCausalLM(config).save_pretrained(directory, safe_serialization=True)
     return directory
 
 
 def recipe_for(case: Case, model: Path, data: Path, steps: int) -> dict:
     recipe = {
-        "model": {"_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
-                  "pretrained_model_name_or_path": str(model), "dtype": "float32"},
+        "model": {
+            "_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
+            "pretrained_model_name_or_path": str(model),
+            "dtype": "float32",
+        },
         "distributed": {"strategy": "fsdp2", "activation_checkpointing": case.ac},
-        "dataset": {"_target_": "tuneyard.datasets.JsonlInstructionDataset", "path": str(data),
-                    "max_seq_length": SEQ},
+        "dataset": {
+            "_target_": "tuneyard.datasets.JsonlInstructionDataset",
+            "path": str(data),
+            "max_seq_length": SEQ,
+        },
         "packed_sequence": {"enabled": True, "packed_sequence_size": SEQ},
         "dataloader": {"batch_size": MICRO_BATCH},
         "step_scheduler": {"max_steps": steps, "grad_accumulation_steps": 1},
         "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4},
         "checkpoint": {"enabled": False},
         "rng": {"seed": 0},
-    }  # fmt: skip
+    }
     if case.lora:
         recipe["peft"] = {"dim": 8, "match_all_linear": True}
     return recipe
@@ -123,9 +143,14 @@ def measure(recipe: dict, case: Case, root: Path) -> list[int]:
             "--standalone",
             f"--nproc_per_node={case.ranks}",
         ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "TUNEYARD_DATA_ROOTS": str(root), "TUNEYARD_CHECKPOINT_ROOTS": str(root),
-           "PYTHONPATH": str(REPO)}  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "TUNEYARD_DATA_ROOTS": str(root),
+        "TUNEYARD_CHECKPOINT_ROOTS": str(root),
+        "PYTHONPATH": str(REPO),
+    }
     cmd = [*launcher, "-m", "trainer", "--recipe", str(path), "--run-dir", str(run_dir)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode:
@@ -182,9 +207,11 @@ def main() -> None:
         error = (parts["total"] - measured) / measured
         errors.append(abs(error))
         shown = " ".join(f"{k}={v / 2**20:.0f}" for k, v in parts.items() if k != "total")
-        print(f"{case.name:<18}{parts['total'] / 2**20:>13.1f}{measured / 2**20:>13.1f}"
-              f"{error:>+8.1%}   {shown}  ranks={[round(p / 2**20) for p in peaks]}",
-              flush=True)  # fmt: skip
+        print(
+            f"{case.name:<18}{parts['total'] / 2**20:>13.1f}{measured / 2**20:>13.1f}"
+            f"{error:>+8.1%}   {shown}  ranks={[round(p / 2**20) for p in peaks]}",
+            flush=True,
+        )
     print(
         f"median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%} over "
         f"{len(errors)} configs ({args.device}, {time.perf_counter() - start:.0f} s)"

@@ -35,73 +35,165 @@ _VOCAB = dict(vocab_size=32000, max_position_embeddings=4096, tie_word_embedding
 FAMILIES: dict[str, tuple[str, dict]] = {}
 
 # ~125M parameters: 12 layers of 768, GQA 12/4 heads, a 4096-token sliding window.
-FAMILIES["mistral"] = ("MistralConfig", dict(
-    _VOCAB, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-    num_attention_heads=12, num_key_value_heads=4, head_dim=64, sliding_window=4096,
-))  # fmt: skip
+FAMILIES["mistral"] = (
+    "MistralConfig",
+    dict(
+        _VOCAB,
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        head_dim=64,
+        sliding_window=4096,
+    ),
+)
 
 # ~135M parameters: 8 layers of 512, 8 experts of width 1024, top-2 routing.
-FAMILIES["mixtral"] = ("MixtralConfig", dict(
-    _VOCAB, hidden_size=512, intermediate_size=1024, num_hidden_layers=8,
-    num_attention_heads=8, num_key_value_heads=4, head_dim=64, num_local_experts=8,
-    num_experts_per_tok=2,
-))  # fmt: skip
+FAMILIES["mixtral"] = (
+    "MixtralConfig",
+    dict(
+        _VOCAB,
+        hidden_size=512,
+        intermediate_size=1024,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=64,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+    ),
+)
 
 # ~125M parameters: 12 layers of 768, GQA 12/4 heads, fused qkv/gate_up in the checkpoint
 # (split on load), partial rotary 0.75 with LongRoPE (original 1024 of 4096), window 2047.
-FAMILIES["phi3"] = ("Phi3Config", dict(
-    _VOCAB, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-    num_attention_heads=12, num_key_value_heads=4, pad_token_id=0, bos_token_id=1,
-    eos_token_id=2, sliding_window=2047, partial_rotary_factor=0.75,
-    original_max_position_embeddings=1024,
-    rope_scaling={"type": "longrope", "short_factor": [1.0 + 0.01 * i for i in range(24)],
-                  "long_factor": [1.0 + 0.2 * i for i in range(24)]},
-))  # fmt: skip
+FAMILIES["phi3"] = (
+    "Phi3Config",
+    dict(
+        _VOCAB,
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        sliding_window=2047,
+        partial_rotary_factor=0.75,
+        original_max_position_embeddings=1024,
+        rope_scaling={
+            "type": "longrope",
+            "short_factor": [1.0 + 0.01 * i for i in range(24)],
+            "long_factor": [1.0 + 0.2 * i for i in range(24)],
+        },
+    ),
+)
 
 
 # ~135M parameters: 8 layers of 512 (sliding 128 / full alternating), 8 biased experts of
 # width 1024, top-2 routing, attention sinks, YaRN (factor 32 over 128 positions).
-FAMILIES["gpt_oss"] = ("GptOssConfig", dict(
-    _VOCAB, hidden_size=512, intermediate_size=1024, num_hidden_layers=8,
-    num_attention_heads=8, num_key_value_heads=4, head_dim=64, num_local_experts=8,
-    num_experts_per_tok=2, sliding_window=128,
-    rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
-                     "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
-                     "original_max_position_embeddings": 128},
-))  # fmt: skip
+FAMILIES["gpt_oss"] = (
+    "GptOssConfig",
+    dict(
+        _VOCAB,
+        hidden_size=512,
+        intermediate_size=1024,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=64,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        sliding_window=128,
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 150000.0,
+            "factor": 32.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+            "original_max_position_embeddings": 128,
+        },
+    ),
+)
 
 # ~128M parameters: 12 layers of 768 (sliding 512 / full alternating), GQA 12/4 heads of 64,
 # GeGLU width 3072, sandwich norms, attention and final logit soft-caps 50 / 30; tied.
-FAMILIES["gemma2"] = ("Gemma2Config", dict(
-    _VOCAB, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-    num_attention_heads=12, num_key_value_heads=4, head_dim=64, query_pre_attn_scalar=64,
-    sliding_window=512, tie_word_embeddings=True,
-))  # fmt: skip
+FAMILIES["gemma2"] = (
+    "Gemma2Config",
+    dict(
+        _VOCAB,
+        hidden_size=768,
+        intermediate_size=3072,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        head_dim=64,
+        query_pre_attn_scalar=64,
+        sliding_window=512,
+        tie_word_embeddings=True,
+    ),
+)
 
 # ~128M parameters: Gemma 2's shape with q/k norms, 5 local (window 512, base 10k) per
 # global layer (base 1M, linear x8), no attention soft-cap; tied.
-FAMILIES["gemma3"] = ("Gemma3TextConfig", dict(
-    _VOCAB, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-    num_attention_heads=12, num_key_value_heads=4, head_dim=64, query_pre_attn_scalar=64,
-    sliding_window=512, tie_word_embeddings=True,
-    rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                     "full_attention": {"rope_type": "linear", "factor": 8.0,
-                                        "rope_theta": 1000000.0}},
-))  # fmt: skip
+FAMILIES["gemma3"] = (
+    "Gemma3TextConfig",
+    dict(
+        _VOCAB,
+        hidden_size=768,
+        intermediate_size=3072,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        head_dim=64,
+        query_pre_attn_scalar=64,
+        sliding_window=512,
+        tie_word_embeddings=True,
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+        },
+    ),
+)
 
 # ~130M parameters: 8 layers of 512 (layer 0 dense), latent attention (q rank 192, kv rank
 # 128, nope/rope/v 64/32/64), 16 routed experts of width 512 in 4 groups (top-4 of the 2 best
 # groups) plus one shared expert, YaRN with the mscale softmax correction.
-FAMILIES["deepseek_v3"] = ("DeepseekV3Config", dict(
-    _VOCAB, hidden_size=512, intermediate_size=1536, moe_intermediate_size=512,
-    num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8, q_lora_rank=192,
-    kv_lora_rank=128, qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64,
-    n_routed_experts=16, n_shared_experts=1, n_group=4, topk_group=2, num_experts_per_tok=4,
-    first_k_dense_replace=1,
-    rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
-                     "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1,
-                     "original_max_position_embeddings": 1024},
-))  # fmt: skip
+FAMILIES["deepseek_v3"] = (
+    "DeepseekV3Config",
+    dict(
+        _VOCAB,
+        hidden_size=512,
+        intermediate_size=1536,
+        moe_intermediate_size=512,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        q_lora_rank=192,
+        kv_lora_rank=128,
+        qk_nope_head_dim=64,
+        qk_rope_head_dim=32,
+        v_head_dim=64,
+        n_routed_experts=16,
+        n_shared_experts=1,
+        n_group=4,
+        topk_group=2,
+        num_experts_per_tok=4,
+        first_k_dense_replace=1,
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 4.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "original_max_position_embeddings": 1024,
+        },
+    ),
+)
 
 
 def _rss_fields() -> dict[str, int]:

@@ -22,14 +22,39 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-COLUMNS = ("job_id", "attempt", "kind", "step", "epoch", "loss", "grad_norm", "lr", "mem",
-           "tps", "tps_per_rank", "mfu", "num_tokens", "timestamp")  # fmt: skip
+COLUMNS = (
+    "job_id",
+    "attempt",
+    "kind",
+    "step",
+    "epoch",
+    "loss",
+    "grad_norm",
+    "lr",
+    "mem",
+    "tps",
+    "tps_per_rank",
+    "mfu",
+    "num_tokens",
+    "timestamp",
+)
 
 
 def sample(step: int) -> dict:
-    return {"kind": "train", "step": step, "epoch": 0, "loss": 2.0 / step, "grad_norm": 1.5,
-            "lr": 1e-4, "mem": 0.37, "tps": 8000.0, "tps_per_rank": 8000.0, "mfu": 0.06,
-            "num_tokens": 185, "timestamp": time.time()}  # fmt: skip
+    return {
+        "kind": "train",
+        "step": step,
+        "epoch": 0,
+        "loss": 2.0 / step,
+        "grad_norm": 1.5,
+        "lr": 1e-4,
+        "mem": 0.37,
+        "tps": 8000.0,
+        "tps_per_rank": 8000.0,
+        "mfu": 0.06,
+        "num_tokens": 185,
+        "timestamp": time.time(),
+    }
 
 
 def new_job(project_id: int) -> str:

@@ -99,8 +99,11 @@ class Trainer:
 def interleaved(data: dict[str, list[dict[str, Any]]]) -> list[tuple[str, int]]:
     """Every step of every mode, ordered by how far through its pass each one is: the modes
     progress side by side, so a burst of load on the machine hits both alike."""
-    steps = [((i + 0.5) / len(batches), mode, i) for mode, batches in data.items()
-             for i in range(len(batches))]  # fmt: skip
+    steps = [
+        ((i + 0.5) / len(batches), mode, i)
+        for mode, batches in data.items()
+        for i in range(len(batches))
+    ]
     return [(mode, i) for _, mode, i in sorted(steps)]
 
 

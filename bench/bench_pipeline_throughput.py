@@ -62,12 +62,26 @@ def run_tokens_per_s(root: Path, name: str, recipe: dict) -> float:
     """Launch the trainer on RANKS gloo ranks; tokens/s of its median step."""
     recipe_path, run_dir = root / f"{name}.yaml", root / name
     recipe_path.write_text(yaml.safe_dump(recipe))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TUNEYARD_DATA_ROOTS": str(root),
-           "TUNEYARD_CHECKPOINT_ROOTS": str(root),
-           "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}  # fmt: skip
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={RANKS}", "-m", "trainer", "--recipe", str(recipe_path),
-               "--run-dir", str(run_dir)]  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TUNEYARD_DATA_ROOTS": str(root),
+        "TUNEYARD_CHECKPOINT_ROOTS": str(root),
+        "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={RANKS}",
+        "-m",
+        "trainer",
+        "--recipe",
+        str(recipe_path),
+        "--run-dir",
+        str(run_dir),
+    ]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{name} failed:\n{(done.stdout + done.stderr)[-3000:]}")

@@ -99,10 +99,13 @@ def measure(kind: str, path: str, samples: int, seq: int) -> dict[str, float]:
         ds = NanogptDataset(path, seq_length=seq, bos_token=0, align_to_bos=True)
     for i in np.linspace(0, len(ds) - 1, samples).astype(int):
         ds[int(i)]
-    return {"samples_in_dataset": len(ds), "rss_before_mb": before["VmRSS"],
-            "peak_growth_mb": _peak_mb() - before["VmRSS"],
-            "anon_growth_mb": _status_mb("RssAnon") - before["RssAnon"],
-            "file_growth_mb": _status_mb("RssFile") - before["RssFile"]}  # fmt: skip
+    return {
+        "samples_in_dataset": len(ds),
+        "rss_before_mb": before["VmRSS"],
+        "peak_growth_mb": _peak_mb() - before["VmRSS"],
+        "anon_growth_mb": _status_mb("RssAnon") - before["RssAnon"],
+        "file_growth_mb": _status_mb("RssFile") - before["RssFile"],
+    }
 
 
 def _evict(directory: Path) -> None:
@@ -122,11 +125,14 @@ def _evict(directory: Path) -> None:
 def _case(kind: str, tokens: int, root: Path, samples: int, seq: int) -> dict:
     path = write_corpus(root / f"{kind}-{tokens}", kind, tokens)
     _evict(Path(path).parent)
-    code = (f"import json,sys; sys.path.insert(0, {str(REPO)!r}); "
-            f"from bench.bench_pretrain_memory import measure; "
-            f"print(json.dumps(measure({kind!r}, {path!r}, {samples}, {seq})))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                         text=True, cwd=REPO).stdout  # fmt: skip
+    code = (
+        f"import json,sys; sys.path.insert(0, {str(REPO)!r}); "
+        f"from bench.bench_pretrain_memory import measure; "
+        f"print(json.dumps(measure({kind!r}, {path!r}, {samples}, {seq})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=REPO
+    ).stdout
     corpus_mb = sum(f.stat().st_size for f in Path(path).parent.iterdir()) / 2**20
     return {**json.loads(out.strip().splitlines()[-1]), "corpus_mb": corpus_mb}
 
@@ -146,17 +152,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         sizes = {"small": int(args.small_mb * 2**19), "large": int(args.large_gb * 2**29)}
-        print(f"{'dataset':<9} {'corpus MB':>15} {'samples':>15} {'peak RSS +MB':>15} "
-              f"{'anon +MB':>13} {'file +MB':>13} {'peak ratio':>10}")  # fmt: skip
+        print(
+            f"{'dataset':<9} {'corpus MB':>15} {'samples':>15} {'peak RSS +MB':>15} "
+            f"{'anon +MB':>13} {'file +MB':>13} {'peak ratio':>10}"
+        )
         for kind in ("megatron", "nanogpt"):
-            small, large = (_case(kind, n, root, args.samples, args.seq_length)
-                            for n in sizes.values())  # fmt: skip
+            small, large = (
+                _case(kind, n, root, args.samples, args.seq_length) for n in sizes.values()
+            )
             ratio = large["peak_growth_mb"] / max(small["peak_growth_mb"], 1e-9)
             pair = _pair(small, large)
-            print(f"{kind:<9} {pair('corpus_mb', '.0f'):>15} "
-                  f"{pair('samples_in_dataset', 'd'):>15} {pair('peak_growth_mb', '.1f'):>15} "
-                  f"{pair('anon_growth_mb', '.1f'):>13} {pair('file_growth_mb', '.1f'):>13} "
-                  f"{ratio:>10.2f}")  # fmt: skip
+            print(
+                f"{kind:<9} {pair('corpus_mb', '.0f'):>15} "
+                f"{pair('samples_in_dataset', 'd'):>15} {pair('peak_growth_mb', '.1f'):>15} "
+                f"{pair('anon_growth_mb', '.1f'):>13} {pair('file_growth_mb', '.1f'):>13} "
+                f"{ratio:>10.2f}"
+            )
 
 
 if __name__ == "__main__":

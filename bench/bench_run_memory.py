@@ -27,10 +27,22 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-BIG = dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
-           num_attention_heads=8, num_key_value_heads=8)  # fmt: skip
-TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+BIG = dict(
+    vocab_size=32000,
+    hidden_size=512,
+    intermediate_size=1536,
+    num_hidden_layers=8,
+    num_attention_heads=8,
+    num_key_value_heads=8,
+)
+TINY = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+)
 
 
 def build_model(directory: Path, shape: dict) -> int:
@@ -49,17 +61,27 @@ def build_model(directory: Path, shape: dict) -> int:
 
 def recipe(root: Path, model: Path, max_steps: int, restore: Path | None) -> dict:
     out = {
-        "step_scheduler": {"max_steps": max_steps, "global_batch_size": 4,
-                           "checkpoint_interval": 2, "val_check_interval": None},
+        "step_scheduler": {
+            "max_steps": max_steps,
+            "global_batch_size": 4,
+            "checkpoint_interval": 2,
+            "val_check_interval": None,
+        },
         "rng": {"seed": 7},
-        "model": {"_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
-                  "pretrained_model_name_or_path": str(model), "dtype": "float32"},
+        "model": {
+            "_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
+            "pretrained_model_name_or_path": str(model),
+            "dtype": "float32",
+        },
         "distributed": {"strategy": "fsdp2", "dp_size": 2},
-        "dataset": {"_target_": "tuneyard.datasets.JsonlInstructionDataset",
-                    "path": str(root / "train.jsonl"), "max_seq_length": 64},
+        "dataset": {
+            "_target_": "tuneyard.datasets.JsonlInstructionDataset",
+            "path": str(root / "train.jsonl"),
+            "max_seq_length": 64,
+        },
         "dataloader": {"batch_size": 2},
         "optimizer": {"_target_": "torch.optim.SGD", "lr": 1e-3},
-    }  # fmt: skip
+    }
     if restore is not None:
         out["restore_from"] = {"path": str(restore)}
     return out
@@ -69,12 +91,27 @@ def run(root: Path, name: str, body: dict, full_load: bool) -> tuple[int, int]:
     """One 2-rank run; (highest rank's peak at `started`/`resumed`, at `finished`), bytes."""
     path, run_dir = root / f"{name}.yaml", root / "runs" / name
     path.write_text(yaml.safe_dump(body))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO),
-           "TUNEYARD_DATA_ROOTS": str(root), "TUNEYARD_CHECKPOINT_ROOTS": str(root),
-           "TUNEYARD_FULL_MODEL_LOAD": "1" if full_load else "0"}  # fmt: skip
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node=2", "-m", "trainer", "--recipe", str(path),
-               "--run-dir", str(run_dir)]  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(REPO),
+        "TUNEYARD_DATA_ROOTS": str(root),
+        "TUNEYARD_CHECKPOINT_ROOTS": str(root),
+        "TUNEYARD_FULL_MODEL_LOAD": "1" if full_load else "0",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "trainer",
+        "--recipe",
+        str(path),
+        "--run-dir",
+        str(run_dir),
+    ]
     done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{name} failed:\n{(done.stdout + done.stderr)[-3000:]}")
@@ -103,9 +140,11 @@ def main() -> None:
     write_instruction_jsonl(root / "train.jsonl", n=64)
     model_bytes = build_model(root / "big", BIG)
     build_model(root / "tiny", TINY)
-    print(f"Llama {model_bytes / 4 / 1e6:.1f}M params ({model_bytes / 2**20:.0f} MiB fp32), "
-          "2 gloo FSDP2 ranks, SGD, 2 steps + one save, then a resume; growth over a tiny "
-          "model's run, highest rank, x the model's fp32 bytes")  # fmt: skip
+    print(
+        f"Llama {model_bytes / 4 / 1e6:.1f}M params ({model_bytes / 2**20:.0f} MiB fp32), "
+        "2 gloo FSDP2 ranks, SGD, 2 steps + one save, then a resume; growth over a tiny "
+        "model's run, highest rank, x the model's fp32 bytes"
+    )
     print(f"{'path':<12}{'load':>8}{'run':>8}{'resume':>8}")
     rows = {}
     for full_load in (True, False):

@@ -22,10 +22,24 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BIG = dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
-           num_attention_heads=8, num_key_value_heads=8, tie_word_embeddings=False)  # fmt: skip
-TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)  # fmt: skip
+BIG = dict(
+    vocab_size=32000,
+    hidden_size=512,
+    intermediate_size=1536,
+    num_hidden_layers=8,
+    num_attention_heads=8,
+    num_key_value_heads=8,
+    tie_word_embeddings=False,
+)
+TINY = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    tie_word_embeddings=False,
+)
 
 
 def _save(directory: Path, shape: dict) -> int:
@@ -77,8 +91,18 @@ def worker(directory: Path, path: str, out: Path) -> None:
 def _launch(directory: Path, path: str, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node=2", __file__, "--worker", str(directory), path, str(out)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        __file__,
+        "--worker",
+        str(directory),
+        path,
+        str(out),
+    ]
     subprocess.run(command, check=True, env=env, cwd=REPO, capture_output=True)
     return max(json.loads(p.read_text()) for p in out.glob(f"{path}-*.json"))
 

@@ -60,8 +60,15 @@ HF_SCRIPT = textwrap.dedent(
 
 
 def torchrun(*args: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-            "1", *args]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "1",
+        *args,
+    ]
 
 
 def wait_for(proc: subprocess.Popen, ready, timeout: float = 600.0) -> float:
@@ -90,15 +97,22 @@ def first_train_timestamp(run_dir: Path) -> float | None:
 def run_tuneyard(work: Path, model: Path, data: Path, env: dict[str, str]) -> float:
     recipe = {
         "step_scheduler": {"max_steps": 2, "global_batch_size": 4, "local_batch_size": 4},
-        "model": {"_target_": "tuneyard.models.AutoModelForCausalLM.from_pretrained",
-                  "pretrained_model_name_or_path": str(model), "dtype": "float32"},
+        "model": {
+            "_target_": "tuneyard.models.AutoModelForCausalLM.from_pretrained",
+            "pretrained_model_name_or_path": str(model),
+            "dtype": "float32",
+        },
         "peft": {"match_all_linear": True, "dim": 8, "alpha": 32},
-        "dataset": {"_target_": "tuneyard.datasets.JsonlInstructionDataset", "path": str(data),
-                    "tokenizer_name_or_path": str(model), "max_seq_length": 64},
+        "dataset": {
+            "_target_": "tuneyard.datasets.JsonlInstructionDataset",
+            "path": str(data),
+            "tokenizer_name_or_path": str(model),
+            "max_seq_length": 64,
+        },
         "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4},
         "checkpoint": {"enabled": False},
         "distributed": {"strategy": "ddp"},
-    }  # fmt: skip
+    }
     from jobs.recipe.settings import RecipeSettings
     from jobs.recipe.validation import validate_job
     from worker.launcher import write_recipe
@@ -140,18 +154,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         data = write_instruction_jsonl(work / "train.jsonl", n=64, seed=0)
-        env = {**os.environ, "OMP_NUM_THREADS": str(os.cpu_count() or 1),
-               "TUNEYARD_DATA_ROOTS": f"{model.parent}{os.pathsep}{work}",
-               "TUNEYARD_CHECKPOINT_ROOTS": str(work), "HF_HUB_OFFLINE": "1"}  # fmt: skip
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": str(os.cpu_count() or 1),
+            "TUNEYARD_DATA_ROOTS": f"{model.parent}{os.pathsep}{work}",
+            "TUNEYARD_CHECKPOINT_ROOTS": str(work),
+            "HF_HUB_OFFLINE": "1",
+        }
         ours, theirs = [], []
         for round_ in range(args.rounds):
             ours.append(run_tuneyard(work, model, data, env))
             theirs.append(run_hf(work, model, data, env))
-            print(f"round {round_ + 1}: tuneyard {ours[-1]:.2f} s, hf Trainer+peft "
-                  f"{theirs[-1]:.2f} s")  # fmt: skip
+            print(
+                f"round {round_ + 1}: tuneyard {ours[-1]:.2f} s, hf Trainer+peft {theirs[-1]:.2f} s"
+            )
     a, b = statistics.median(ours), statistics.median(theirs)
-    print(f"median launch->first step: tuneyard {a:.2f} s, hf {b:.2f} s, "
-          f"difference {a - b:+.2f} s (target <= +2.00 s), ratio {a / b:.2f}")  # fmt: skip
+    print(
+        f"median launch->first step: tuneyard {a:.2f} s, hf {b:.2f} s, "
+        f"difference {a - b:+.2f} s (target <= +2.00 s), ratio {a / b:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,9 @@ async def _submits(app: object, key: str, body: dict, warmup: int, requests: int
     headers = {"Authorization": f"Bearer {key}"}
     async with app.router.lifespan_context(app):  # type: ignore[attr-defined]
         transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench",
-                                     headers=headers) as client:  # fmt: skip
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://bench", headers=headers
+        ) as client:
             for i in range(warmup):
                 answer = await client.post("/v1/jobs", json={**body, "name": f"warm-{i}"})
                 assert answer.status_code == 201, answer.text
@@ -42,8 +43,9 @@ async def _submits(app: object, key: str, body: dict, warmup: int, requests: int
             subprocess.run(["callgrind_control", "-z", pid], capture_output=True, check=False)
             for i in range(requests):
                 await client.post("/v1/jobs", json={**body, "name": f"bench-{i}"})
-            subprocess.run(["callgrind_control", "-d", "measured", pid], capture_output=True,
-                           check=False)  # fmt: skip
+            subprocess.run(
+                ["callgrind_control", "-d", "measured", pid], capture_output=True, check=False
+            )
 
 
 def child(app_path: str, warmup: int, requests: int) -> None:
@@ -67,9 +69,19 @@ def child(app_path: str, warmup: int, requests: int) -> None:
 def counted(app_path: str, warmup: int, requests: int, out: Path) -> float:
     """Millions of instructions per submit of `app_path`."""
     stem = out / app_path.replace(":", "_").replace(".", "_")
-    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={stem}.out",
-           os.path.realpath(sys.executable), __file__, "--child", app_path,
-           "--warmup", str(warmup), "--requests", str(requests)]  # fmt: skip
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={stem}.out",
+        os.path.realpath(sys.executable),
+        __file__,
+        "--child",
+        app_path,
+        "--warmup",
+        str(warmup),
+        "--requests",
+        str(requests),
+    ]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     dumps = sorted(out.glob(f"{stem.name}.out.*"))
@@ -93,8 +105,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         floor = counted("bench_api_floor:app", args.warmup, args.requests, Path(out))
         ours = counted("api.main:create_app", args.warmup, args.requests, Path(out))
-    print(f"POST /v1/jobs, {args.requests} sequential submits after {args.warmup} warm-up, "
-          "in process (httpx over ASGI), callgrind")  # fmt: skip
+    print(
+        f"POST /v1/jobs, {args.requests} sequential submits after {args.warmup} warm-up, "
+        "in process (httpx over ASGI), callgrind"
+    )
     print(f"  floor app     {floor:6.2f} M instructions per submit")
     print(f"  tuneyard api  {ours:6.2f} M instructions per submit")
     print(f"  floor / tuneyard: {floor / ours:.2f}x")

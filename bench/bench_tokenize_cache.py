@@ -50,11 +50,13 @@ def _write_data(root: Path, rows: int) -> dict[str, Path]:
 
 
 def _build(kind: str, path: Path, tok: Path, cache: Path) -> tuple[float, int]:
-    code = BUILD.format(repo=str(REPO), tests=str(REPO / "tests"), tok=str(tok), kind=kind,
-                        path=str(path))  # fmt: skip
+    code = BUILD.format(
+        repo=str(REPO), tests=str(REPO / "tests"), tok=str(tok), kind=kind, path=str(path)
+    )
     env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout.split()  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     return float(out[-2]), int(out[-1])
 
 

@@ -26,9 +26,13 @@ sys.path.insert(0, str(REPO / "bench"))
 
 
 def rounds(
-    recipe: dict, settings: object, handed_over: bool, calls: int, count: int,
+    recipe: dict,
+    settings: object,
+    handed_over: bool,
+    calls: int,
+    count: int,
     memo: bool = False,
-) -> list[float]:  # fmt: skip
+) -> list[float]:
     from api.validation_memo import validate_cached
     from jobs.recipe.scope import JobScope
     from jobs.recipe.validation import validate_job
@@ -64,12 +68,17 @@ def main() -> None:
         handed = rounds(recipe, settings, True, args.calls, args.rounds)
         again = rounds(recipe, settings, True, args.calls, args.rounds, memo=True)
     print(f"validate_job, {args.rounds} rounds of {args.calls} calls, one thread")
-    for label, times in (("copied (CLI)", copied), ("handed over (API)", handed),
-                         ("again (API memo)", again)):  # fmt: skip
+    for label, times in (
+        ("copied (CLI)", copied),
+        ("handed over (API)", handed),
+        ("again (API memo)", again),
+    ):
         print(f"  {label:<18} median {statistics.median(times):.3f} ms   best {min(times):.3f} ms")
     base = statistics.median(copied)
-    print(f"  handed over / copied: {statistics.median(handed) / base:.2f}x   "
-          f"memo / copied: {statistics.median(again) / base:.2f}x")  # fmt: skip
+    print(
+        f"  handed over / copied: {statistics.median(handed) / base:.2f}x   "
+        f"memo / copied: {statistics.median(again) / base:.2f}x"
+    )
 
 
 if __name__ == "__main__":

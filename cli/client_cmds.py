@@ -28,8 +28,12 @@ from jobs.store.status import SETTLED, TERMINAL, JobStatus
 if TYPE_CHECKING:
     from rich.console import Console
 
-STATE_EXIT = {JobStatus.SUCCEEDED: CliExitCode.SUCCEEDED, JobStatus.FAILED: CliExitCode.FAILED,
-              JobStatus.CANCELLED: CliExitCode.CANCELLED, JobStatus.PAUSED: CliExitCode.PAUSED}  # fmt: skip
+STATE_EXIT = {
+    JobStatus.SUCCEEDED: CliExitCode.SUCCEEDED,
+    JobStatus.FAILED: CliExitCode.FAILED,
+    JobStatus.CANCELLED: CliExitCode.CANCELLED,
+    JobStatus.PAUSED: CliExitCode.PAUSED,
+}
 
 
 @functools.cache
@@ -245,11 +249,14 @@ def submit(
         "name": name or recipe.stem,
         "recipe_yaml": recipe.read_text(),
         "overrides": override_list,
-        "resources": {"nnodes": nnodes, "nproc_per_node": nproc_per_node,
-                      "accelerator": accelerator},
+        "resources": {
+            "nnodes": nnodes,
+            "nproc_per_node": nproc_per_node,
+            "accelerator": accelerator,
+        },
         "priority": priority,
         "labels": dict(item.split("=", 1) for item in label or [] if "=" in item),
-    }  # fmt: skip
+    }
     if max_attempts is not None:
         body["max_attempts"] = max_attempts
     client = TuneyardClient(server, api_key)
@@ -282,9 +289,14 @@ def jobs(
     for job in rows:
         step, max_steps = job_progress(job)
         loss = (job.get("latest_metrics") or {}).get("loss")
-        table.add_row(str(job["id"]), job.get("name", ""), job["status"],
-                      f"{step or 0}/{max_steps or '?'}", f"{loss:.4f}" if loss is not None else "",
-                      str(job.get("created_at", ""))[:19])  # fmt: skip
+        table.add_row(
+            str(job["id"]),
+            job.get("name", ""),
+            job["status"],
+            f"{step or 0}/{max_steps or '?'}",
+            f"{loss:.4f}" if loss is not None else "",
+            str(job.get("created_at", ""))[:19],
+        )
     console().print(table if rows else "no jobs")
 
 

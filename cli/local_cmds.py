@@ -217,8 +217,14 @@ def answer_table(pairs: list[dict[str, str]], before: list[str], after: list[str
         table.add_column(column)
     for pair, old, new in zip(pairs, before, after, strict=True):
         want = pair["completion"].strip()
-        table.add_row(pair["prompt"], want, old or "(nothing)", _mark(old == want),
-                      new or "(nothing)", _mark(new == want))  # fmt: skip
+        table.add_row(
+            pair["prompt"],
+            want,
+            old or "(nothing)",
+            _mark(old == want),
+            new or "(nothing)",
+            _mark(new == want),
+        )
     return table
 
 
@@ -319,9 +325,11 @@ def demo(
             model_dir = report_demo(client, job, assets, stack)
             after = greedy_answers(model_dir, [p["prompt"] for p in held_out])
             console().print(answer_table(held_out, before, after))
-            console().print(f"held-out answers right: {right_count(held_out, before)}/"
-                            f"{len(held_out)} before -> {right_count(held_out, after)}/"
-                            f"{len(held_out)} after training")  # fmt: skip
+            console().print(
+                f"held-out answers right: {right_count(held_out, before)}/"
+                f"{len(held_out)} before -> {right_count(held_out, after)}/"
+                f"{len(held_out)} after training"
+            )
     except RuntimeError as exc:
         console().print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None
@@ -347,8 +355,10 @@ def report_demo(
     first = items_of(client.metrics(job["id"]))[:1]
     last = job.get("latest_metrics") or {}
     if first and last.get("loss") is not None:
-        console().print(f"train loss fell from {first[0]['loss']:.2f} to {last['loss']:.2f} "
-                      f"over {last.get('step')} steps")  # fmt: skip
+        console().print(
+            f"train loss fell from {first[0]['loss']:.2f} to {last['loss']:.2f} "
+            f"over {last.get('step')} steps"
+        )
     console().print("load it with transformers:\n")
     console().print(loading_snippet(model_dir), markup=False)
     console().print("\nbrowse the dashboard again with `tuneyard up`.")

@@ -38,9 +38,12 @@ def api(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
     workers: int = typer.Option(
-        1, min=1, help="API processes: the way to use more cores (Prometheus counters are "
-        "summed across them)."),
-) -> None:  # fmt: skip
+        1,
+        min=1,
+        help="API processes: the way to use more cores (Prometheus counters are "
+        "summed across them).",
+    ),
+) -> None:
     """Serve the HTTP API (and the dashboard) with uvicorn; logs are JSON lines."""
     import os
     import tempfile
@@ -52,8 +55,14 @@ def api(
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Before the processes start: each writes its counters there, a scrape sums them.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="tuneyard-prom-")
-    uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="info",
-                log_config=uvicorn_log_config())  # fmt: skip
+    uvicorn.run(
+        "api.main:app",
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="info",
+        log_config=uvicorn_log_config(),
+    )
 
 
 @keys_app.command("create")

@@ -27,9 +27,22 @@ def worker(
     from worker.state import worker_state
 
     state = worker_state()
-    argv = ["worker", "-Q", queues, "-c", str(concurrency), "--pool", "threads",
-            "-n", f"{state.name}@%h", "--loglevel", loglevel, "--without-mingle",
-            "--without-gossip", "--without-heartbeat"]  # fmt: skip
+    argv = [
+        "worker",
+        "-Q",
+        queues,
+        "-c",
+        str(concurrency),
+        "--pool",
+        "threads",
+        "-n",
+        f"{state.name}@%h",
+        "--loglevel",
+        loglevel,
+        "--without-mingle",
+        "--without-gossip",
+        "--without-heartbeat",
+    ]
     celery_app.worker_main(argv)
 
 

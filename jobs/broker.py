@@ -155,34 +155,55 @@ class _RedisPublisher:
         from redis.retry import Retry
 
         self.client = redis.Redis.from_url(
-            url, socket_timeout=5, socket_connect_timeout=2,
+            url,
+            socket_timeout=5,
+            socket_connect_timeout=2,
             retry=Retry(ConstantBackoff(0.2), 2),
             retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-        )  # fmt: skip
+        )
         self.origin, self.app = anon_nodename(), app
         self.declared: set[str] = set()
 
     def message(self, job_id: str, queue: str) -> str:
         task_id = str(uuid.uuid4())
         body = json_text([[job_id], {}, self.EMBED]).encode()
-        return json_text({
-            "body": base64.b64encode(body).decode("ascii"),
-            "content-encoding": "utf-8",
-            "content-type": "application/json",
-            "headers": {
-                "lang": "py", "task": RUN_JOB_TASK, "id": task_id, "shadow": None,
-                "eta": None, "expires": None, "group": None, "group_index": None,
-                "retries": 0, "timelimit": [None, None], "root_id": task_id,
-                "parent_id": None, "argsrepr": repr([job_id]), "kwargsrepr": "{}",
-                "origin": self.origin, "ignore_result": None, "replaced_task_nesting": 0,
-                "stamped_headers": None, "stamps": {},
-            },
-            "properties": {
-                "correlation_id": task_id, "reply_to": self.app.thread_oid, "delivery_mode": 2,
-                "delivery_info": {"exchange": "", "routing_key": queue}, "priority": 0,
-                "body_encoding": "base64", "delivery_tag": str(uuid.uuid4()),
-            },
-        })  # fmt: skip
+        return json_text(
+            {
+                "body": base64.b64encode(body).decode("ascii"),
+                "content-encoding": "utf-8",
+                "content-type": "application/json",
+                "headers": {
+                    "lang": "py",
+                    "task": RUN_JOB_TASK,
+                    "id": task_id,
+                    "shadow": None,
+                    "eta": None,
+                    "expires": None,
+                    "group": None,
+                    "group_index": None,
+                    "retries": 0,
+                    "timelimit": [None, None],
+                    "root_id": task_id,
+                    "parent_id": None,
+                    "argsrepr": repr([job_id]),
+                    "kwargsrepr": "{}",
+                    "origin": self.origin,
+                    "ignore_result": None,
+                    "replaced_task_nesting": 0,
+                    "stamped_headers": None,
+                    "stamps": {},
+                },
+                "properties": {
+                    "correlation_id": task_id,
+                    "reply_to": self.app.thread_oid,
+                    "delivery_mode": 2,
+                    "delivery_info": {"exchange": "", "routing_key": queue},
+                    "priority": 0,
+                    "body_encoding": "base64",
+                    "delivery_tag": str(uuid.uuid4()),
+                },
+            }
+        )
 
     def send(self, job_id: str, queue: str) -> None:
         self.client.lpush(queue, self.message(job_id, queue))

@@ -280,8 +280,9 @@ def _build_hf(
     except ValueError as exc:
         if chosen == attn:  # the recipe's own choice: its error is the user's
             raise
-        fallbacks.append(("use_sdpa_patching", f"the class cannot run sdpa ({exc}); its default "
-                          "attention runs"))  # fmt: skip
+        fallbacks.append(
+            ("use_sdpa_patching", f"the class cannot run sdpa ({exc}); its default attention runs")
+        )
         model = build()
     return kernels.apply_kernel_options(_tag(model, "hf"), options, fallbacks=fallbacks)
 

@@ -84,74 +84,143 @@ def register(entry: ArchEntry, *, replace: bool = False) -> None:
 
 
 for _entry in (
-    ArchEntry("LlamaForCausalLM", "models.llama.model", "LlamaForCausalLM", _DENSE_TP_CP,
-              TieSupport.BOTH, "llama", config_model_types=("llama",)),
-    ArchEntry("Qwen2ForCausalLM", "models.qwen2.model", "Qwen2ForCausalLM", _DENSE_TP_CP,
-              TieSupport.BOTH, "qwen2", notes="use_sliding_window layers run natively",
-              config_model_types=("qwen2",)),
-    ArchEntry("Qwen3ForCausalLM", "models.qwen3.model", "Qwen3ForCausalLM", _DENSE_TP_CP,
-              TieSupport.BOTH, "qwen3", notes="use_sliding_window layers run natively",
-              config_model_types=("qwen3",),
-              parallel_plan="models.qwen3.parallelize:QWEN3_PLAN"),
-    ArchEntry("Qwen3MoeForCausalLM", "models.qwen3_moe.model", "Qwen3MoeForCausalLM",
-              _MOE_EP, TieSupport.UNTIED_ONLY, "qwen3_moe",
-              notes="expert parallelism spreads the experts over all data-parallel ranks "
-                    "(ep_size == dp_size, strategy fsdp2, no LoRA); no tensor-parallel plan",
-              config_model_types=("qwen3_moe",),
-              parallel_plan="models.qwen3_moe.parallelize:QWEN3_MOE_PLAN",
-              state_dict_adapter="models.qwen3_moe.state_dict_adapter:Qwen3MoeStateDictAdapter"),
-    ArchEntry("DeepseekV3ForCausalLM", "models.deepseek_v3.model", "DeepseekV3ForCausalLM",
-              _DEEPSEEK_V3, TieSupport.UNTIED_ONLY, "deepseek_v3",
-              notes="DeepSeek-V3 and Moonlight: latent attention, sigmoid group-limited router "
-                    "(fp32, correction bias frozen), shared experts; expert parallelism over "
-                    "all data-parallel ranks; tensor parallelism splits attention heads and "
-                    "shared experts (routed experts replicated); LoRA (match_all_linear also "
-                    "adapts the router weight and routed down_proj, as peft maps deepseek_v3; "
-                    "the correction bias stays frozen); FP8-quantized checkpoints load with "
-                    "the HF class",
-              config_model_types=("deepseek_v3",),
-              parallel_plan="models.deepseek_v3.parallelize:DEEPSEEK_V3_PLAN",
-              state_dict_adapter="models.deepseek_v3.state_dict_adapter:DeepseekV3StateDictAdapter"),
-    ArchEntry("Phi3ForCausalLM", "models.phi3.model", "Phi3ForCausalLM", _DENSE_TP,
-              TieSupport.BOTH, "phi3",
-              notes="fused qkv/gate_up split on load and fused on save; partial rotary, "
-                    "longrope, sliding_window and resid_pdrop native; LoRA adapters export "
-                    "fused (DoRA on all linears only); no TP while resid_pdrop > 0",
-              config_model_types=("phi3",),
-              parallel_plan="models.phi3.parallelize:PHI3_PLAN",
-              state_dict_adapter="models.phi3.state_dict_adapter:Phi3StateDictAdapter"),
-    ArchEntry("Gemma2ForCausalLM", "models.gemma2.model", "Gemma2ForCausalLM", _DENSE_TP,
-              TieSupport.TIED_ONLY, "gemma2",
-              notes="soft-capped attention runs eager (SDPA otherwise); bidirectional "
-                    "attention loads with the HF class",
-              config_model_types=("gemma2",),
-              parallel_plan="models.gemma2.parallelize:GEMMA2_PLAN"),
-    ArchEntry("Gemma3ForCausalLM", "models.gemma3.model", "Gemma3ForCausalLM", _DENSE_TP,
-              TieSupport.TIED_ONLY, "gemma3",
-              notes="text only (Gemma3ForConditionalGeneration loads with the HF class); "
-                    "attn_logit_softcapping and bidirectional attention load with the HF class",
-              config_model_types=("gemma3_text",),
-              parallel_plan="models.gemma3.parallelize:GEMMA3_PLAN"),
-    ArchEntry("MistralForCausalLM", "models.mistral.model", "MistralForCausalLM", _DENSE_TP,
-              TieSupport.BOTH, "mistral", notes="sliding_window runs natively (masked SDPA)",
-              config_model_types=("mistral",)),
-    ArchEntry("GptOssForCausalLM", "models.gpt_oss.model", "GptOssForCausalLM",
-              ModelCapabilities(supports_ep=True), TieSupport.UNTIED_ONLY,
-              "gpt_oss",
-              notes="attention sinks run eager; expert parallelism spreads the experts over "
-                    "all data-parallel ranks (ep_size == dp_size, strategy fsdp2); no "
-                    "tensor-parallel plan; MXFP4-quantized checkpoints load with the HF class",
-              config_model_types=("gpt_oss",),
-              parallel_plan="models.gpt_oss.parallelize:GPT_OSS_PLAN",
-              state_dict_adapter="models.gpt_oss.state_dict_adapter:GptOssStateDictAdapter"),
-    ArchEntry("MixtralForCausalLM", "models.mixtral.model", "MixtralForCausalLM", _MOE_EP,
-              TieSupport.BOTH, "mixtral",
-              notes="expert parallelism as for Qwen3-MoE (ep_size == dp_size, strategy "
-                    "fsdp2); no tensor-parallel plan; sliding_window runs natively",
-              config_model_types=("mixtral",),
-              parallel_plan="models.mixtral.parallelize:MIXTRAL_PLAN",
-              state_dict_adapter="models.mixtral.state_dict_adapter:MixtralStateDictAdapter"),
-):  # fmt: skip
+    ArchEntry(
+        "LlamaForCausalLM",
+        "models.llama.model",
+        "LlamaForCausalLM",
+        _DENSE_TP_CP,
+        TieSupport.BOTH,
+        "llama",
+        config_model_types=("llama",),
+    ),
+    ArchEntry(
+        "Qwen2ForCausalLM",
+        "models.qwen2.model",
+        "Qwen2ForCausalLM",
+        _DENSE_TP_CP,
+        TieSupport.BOTH,
+        "qwen2",
+        notes="use_sliding_window layers run natively",
+        config_model_types=("qwen2",),
+    ),
+    ArchEntry(
+        "Qwen3ForCausalLM",
+        "models.qwen3.model",
+        "Qwen3ForCausalLM",
+        _DENSE_TP_CP,
+        TieSupport.BOTH,
+        "qwen3",
+        notes="use_sliding_window layers run natively",
+        config_model_types=("qwen3",),
+        parallel_plan="models.qwen3.parallelize:QWEN3_PLAN",
+    ),
+    ArchEntry(
+        "Qwen3MoeForCausalLM",
+        "models.qwen3_moe.model",
+        "Qwen3MoeForCausalLM",
+        _MOE_EP,
+        TieSupport.UNTIED_ONLY,
+        "qwen3_moe",
+        notes="expert parallelism spreads the experts over all data-parallel ranks "
+        "(ep_size == dp_size, strategy fsdp2, no LoRA); no tensor-parallel plan",
+        config_model_types=("qwen3_moe",),
+        parallel_plan="models.qwen3_moe.parallelize:QWEN3_MOE_PLAN",
+        state_dict_adapter="models.qwen3_moe.state_dict_adapter:Qwen3MoeStateDictAdapter",
+    ),
+    ArchEntry(
+        "DeepseekV3ForCausalLM",
+        "models.deepseek_v3.model",
+        "DeepseekV3ForCausalLM",
+        _DEEPSEEK_V3,
+        TieSupport.UNTIED_ONLY,
+        "deepseek_v3",
+        notes="DeepSeek-V3 and Moonlight: latent attention, sigmoid group-limited router "
+        "(fp32, correction bias frozen), shared experts; expert parallelism over "
+        "all data-parallel ranks; tensor parallelism splits attention heads and "
+        "shared experts (routed experts replicated); LoRA (match_all_linear also "
+        "adapts the router weight and routed down_proj, as peft maps deepseek_v3; "
+        "the correction bias stays frozen); FP8-quantized checkpoints load with "
+        "the HF class",
+        config_model_types=("deepseek_v3",),
+        parallel_plan="models.deepseek_v3.parallelize:DEEPSEEK_V3_PLAN",
+        state_dict_adapter="models.deepseek_v3.state_dict_adapter:DeepseekV3StateDictAdapter",
+    ),
+    ArchEntry(
+        "Phi3ForCausalLM",
+        "models.phi3.model",
+        "Phi3ForCausalLM",
+        _DENSE_TP,
+        TieSupport.BOTH,
+        "phi3",
+        notes="fused qkv/gate_up split on load and fused on save; partial rotary, "
+        "longrope, sliding_window and resid_pdrop native; LoRA adapters export "
+        "fused (DoRA on all linears only); no TP while resid_pdrop > 0",
+        config_model_types=("phi3",),
+        parallel_plan="models.phi3.parallelize:PHI3_PLAN",
+        state_dict_adapter="models.phi3.state_dict_adapter:Phi3StateDictAdapter",
+    ),
+    ArchEntry(
+        "Gemma2ForCausalLM",
+        "models.gemma2.model",
+        "Gemma2ForCausalLM",
+        _DENSE_TP,
+        TieSupport.TIED_ONLY,
+        "gemma2",
+        notes="soft-capped attention runs eager (SDPA otherwise); bidirectional "
+        "attention loads with the HF class",
+        config_model_types=("gemma2",),
+        parallel_plan="models.gemma2.parallelize:GEMMA2_PLAN",
+    ),
+    ArchEntry(
+        "Gemma3ForCausalLM",
+        "models.gemma3.model",
+        "Gemma3ForCausalLM",
+        _DENSE_TP,
+        TieSupport.TIED_ONLY,
+        "gemma3",
+        notes="text only (Gemma3ForConditionalGeneration loads with the HF class); "
+        "attn_logit_softcapping and bidirectional attention load with the HF class",
+        config_model_types=("gemma3_text",),
+        parallel_plan="models.gemma3.parallelize:GEMMA3_PLAN",
+    ),
+    ArchEntry(
+        "MistralForCausalLM",
+        "models.mistral.model",
+        "MistralForCausalLM",
+        _DENSE_TP,
+        TieSupport.BOTH,
+        "mistral",
+        notes="sliding_window runs natively (masked SDPA)",
+        config_model_types=("mistral",),
+    ),
+    ArchEntry(
+        "GptOssForCausalLM",
+        "models.gpt_oss.model",
+        "GptOssForCausalLM",
+        ModelCapabilities(supports_ep=True),
+        TieSupport.UNTIED_ONLY,
+        "gpt_oss",
+        notes="attention sinks run eager; expert parallelism spreads the experts over "
+        "all data-parallel ranks (ep_size == dp_size, strategy fsdp2); no "
+        "tensor-parallel plan; MXFP4-quantized checkpoints load with the HF class",
+        config_model_types=("gpt_oss",),
+        parallel_plan="models.gpt_oss.parallelize:GPT_OSS_PLAN",
+        state_dict_adapter="models.gpt_oss.state_dict_adapter:GptOssStateDictAdapter",
+    ),
+    ArchEntry(
+        "MixtralForCausalLM",
+        "models.mixtral.model",
+        "MixtralForCausalLM",
+        _MOE_EP,
+        TieSupport.BOTH,
+        "mixtral",
+        notes="expert parallelism as for Qwen3-MoE (ep_size == dp_size, strategy "
+        "fsdp2); no tensor-parallel plan; sliding_window runs natively",
+        config_model_types=("mixtral",),
+        parallel_plan="models.mixtral.parallelize:MIXTRAL_PLAN",
+        state_dict_adapter="models.mixtral.state_dict_adapter:MixtralStateDictAdapter",
+    ),
+):
     register(_entry)
 
 

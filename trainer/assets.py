@@ -40,8 +40,9 @@ def reversal_pair(digits: str) -> dict[str, str]:
 def instruction_pairs(n: int, seed: int = 0) -> list[dict[str, str]]:
     """n prompt/completion pairs: reverse a sequence of DIGITS digits."""
     rng = random.Random(seed)
-    return [reversal_pair("".join(rng.choice("0123456789") for _ in range(DIGITS)))
-            for _ in range(n)]  # fmt: skip
+    return [
+        reversal_pair("".join(rng.choice("0123456789") for _ in range(DIGITS))) for _ in range(n)
+    ]
 
 
 def held_out_pairs(n: int, seen: list[dict[str, str]], seed: int = 1234) -> list[dict[str, str]]:
@@ -66,9 +67,13 @@ def greedy_answers(model_dir: Path, prompts: list[str], max_new_tokens: int = 12
     for prompt in prompts:
         ids = [tokenizer.bos_token_id, *tokenizer(prompt)["input_ids"]]
         with torch.no_grad():
-            out = model.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens,
-                                 do_sample=False, pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+            out = model.generate(
+                torch.tensor([ids]),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
         answers.append(tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True).strip())
     return answers
 

@@ -92,9 +92,18 @@ def benchmark_step(
     tflops = flops_per_token(run, seq_len) * tps_per_rank / 1e12
     mfu = tflops / peak_tflops if peak_tflops else None
     record = TrainRecord(
-        run.step, epoch, loss, grad_norm, lr, memory_gib(run.env.device),
-        tps, tps_per_rank, mfu, tokens, time.time(),
-    )  # fmt: skip
+        run.step,
+        epoch,
+        loss,
+        grad_norm,
+        lr,
+        memory_gib(run.env.device),
+        tps,
+        tps_per_rank,
+        mfu,
+        tokens,
+        time.time(),
+    )
     return record, MeasuredStep(run.step, seconds, tokens, tps, tps_per_rank, tflops, mfu)
 
 
@@ -122,7 +131,7 @@ def summarize(
             "min": min(times),
             "max": max(times),
             "stdev": statistics.pstdev(times),
-        },  # fmt: skip
+        },
         "steps": [asdict(m) for m in measured],
     }
 

@@ -284,16 +284,22 @@ def _train_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCo
             return ExitCode.PREEMPTED
     report_saves(log, run.checkpoints.wait())
     peaks = rank_peak_memory(run.env.device)  # a collective: every rank reaches this line
-    log.event("finished", run.step, metrics=asdict(record) if record else {},
-              peak_memory_bytes=peaks)  # fmt: skip
+    log.event(
+        "finished", run.step, metrics=asdict(record) if record else {}, peak_memory_bytes=peaks
+    )
     return ExitCode.OK
 
 
 def _announce_start(run: TrainingRun, log: RunLog) -> None:
     peaks = rank_peak_memory(run.env.device)  # after the model is built (or restored), sharded
     if run.resumed_from is not None:
-        log.event("resumed", run.step, path=str(run.resumed_from),
-                  recipe_changed=run.recipe_changed, peak_memory_bytes=peaks)  # fmt: skip
+        log.event(
+            "resumed",
+            run.step,
+            path=str(run.resumed_from),
+            recipe_changed=run.recipe_changed,
+            peak_memory_bytes=peaks,
+        )
         fingerprint.verify_resume(run, log)  # resume_verified, or resume_mismatch and fail
     else:
         log.event("started", run.step, **_layout(run), peak_memory_bytes=peaks)

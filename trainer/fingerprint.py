@@ -181,8 +181,12 @@ def verify_resume(run: Any, log: Any) -> None:
     saved = manager.read_trainer_state(run.resumed_from).get("fingerprint")
     path = str(run.resumed_from)
     if not saved:
-        log.event("resume_unverified", run.step, path=path,
-                  message="the checkpoint has no fingerprint (saved before resume proofs)")  # fmt: skip
+        log.event(
+            "resume_unverified",
+            run.step,
+            path=path,
+            message="the checkpoint has no fingerprint (saved before resume proofs)",
+        )
         return
     now = compute(run)
     diffs = differences(saved, now)
@@ -190,12 +194,24 @@ def verify_resume(run: Any, log: Any) -> None:
         counts = {"parameters": len(now["parameters"]), "optimizer": len(now["optimizer"] or {})}
         same_layout = saved.get("layout") == now["layout"]
         compared = ["parameters", "optimizer", "probe_loss"] if same_layout else ["probe_loss"]
-        log.event("resume_verified", run.step, path=path, tensors=counts, compared=compared,
-                  probe_loss=now["probe_loss"])  # fmt: skip
+        log.event(
+            "resume_verified",
+            run.step,
+            path=path,
+            tensors=counts,
+            compared=compared,
+            probe_loss=now["probe_loss"],
+        )
         return
     probe = {"saved": saved.get("probe_loss"), "recomputed": now["probe_loss"]}
-    log.event("resume_mismatch", run.step, path=path, parts=diffs, probe_loss=probe,
-              message="; ".join(diffs))  # fmt: skip
+    log.event(
+        "resume_mismatch",
+        run.step,
+        path=path,
+        parts=diffs,
+        probe_loss=probe,
+        message="; ".join(diffs),
+    )
     raise checkpoint_error(
         f"resume_mismatch: the state restored from {path} differs from the state saved "
         f"({'; '.join(diffs)}); the checkpoint is damaged: resume from an earlier one "

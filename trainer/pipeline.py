@@ -176,10 +176,16 @@ def build_pipeline(
         shard_stage(stage, plan, topology, distributed, device)
         stage.train()
     pipeline = Pipeline(
-        stages, stage_ids, num_stages, name, int(config.get("pp_microbatch_size") or 1),
-        bool(config.get("scale_grads_in_schedule")), topology.pp_mesh.get_group(), device,
+        stages,
+        stage_ids,
+        num_stages,
+        name,
+        int(config.get("pp_microbatch_size") or 1),
+        bool(config.get("scale_grads_in_schedule")),
+        topology.pp_mesh.get_group(),
+        device,
         StageLoss(),
-    )  # fmt: skip
+    )
     return model, pipeline
 
 

@@ -135,12 +135,21 @@ class DivergenceGuard:
         for f in dataclasses.fields(run):
             setattr(run, f.name, getattr(fresh, f.name))
         self.history = {s: v for s, v in self.history.items() if s <= run.step}
-        log.event("rollback", failed_step, reason=reason, loss=loss, to_step=run.step,
-                  path=str(run.resumed_from) if run.resumed_from else None,
-                  skipped_rows=rows, skipped_batches=[list(p) for p in positions],
-                  retry=self.rollbacks, max_retries=self.settings.max_retries,
-                  lr_scale=scale, message=f"{reason} at step {failed_step}: skipped "
-                  f"{describe(rows)}, back to step {run.step}")  # fmt: skip
+        log.event(
+            "rollback",
+            failed_step,
+            reason=reason,
+            loss=loss,
+            to_step=run.step,
+            path=str(run.resumed_from) if run.resumed_from else None,
+            skipped_rows=rows,
+            skipped_batches=[list(p) for p in positions],
+            retry=self.rollbacks,
+            max_retries=self.settings.max_retries,
+            lr_scale=scale,
+            message=f"{reason} at step {failed_step}: skipped "
+            f"{describe(rows)}, back to step {run.step}",
+        )
         if run.resumed_from is not None:
             fingerprint.verify_resume(run, log)
 

@@ -119,8 +119,9 @@ def _loaders(
     collator = Collator(
         pad_id, packed=packed.enabled, pad_to_multiple_of=topology.tp_size if sp else 1
     )
-    common = dict(seed=recipe.rng.seed, dp_rank=topology.dp_rank, dp_size=topology.dp_size,
-                  collator=collator)  # fmt: skip
+    common = dict(
+        seed=recipe.rng.seed, dp_rank=topology.dp_rank, dp_size=topology.dp_size, collator=collator
+    )
     train = builders.build_loader(train_ds, recipe.dataloader, train=True, **common)
     val = None
     if val_ds is not None:
@@ -238,14 +239,24 @@ def setup_run(
     max_steps = steps_to_run(recipe.step_scheduler, train_loader)
     optimizer = builders.build_optimizer(recipe.optimizer, stack.model)
     run = TrainingRun(
-        recipe=recipe, env=env, topology=topology, tokenizer=stack.tokenizer, model=stack.model,
-        forward_model=stack.forward_model, optimizer=optimizer,
+        recipe=recipe,
+        env=env,
+        topology=topology,
+        tokenizer=stack.tokenizer,
+        model=stack.model,
+        forward_model=stack.forward_model,
+        optimizer=optimizer,
         scheduler=builders.build_lr_scheduler(recipe.lr_scheduler, optimizer, max_steps),
-        loss_fn=builders.build_loss(recipe.loss_fn), train_loader=train_loader,
-        val_loader=val_loader, checkpoints=checkpoints, max_steps=max_steps,
+        loss_fn=builders.build_loss(recipe.loss_fn),
+        train_loader=train_loader,
+        val_loader=val_loader,
+        checkpoints=checkpoints,
+        max_steps=max_steps,
         grad_accumulation_steps=recipe.step_scheduler.grad_accumulation_steps,
-        is_peft=stack.is_peft, architecture=stack.architecture, pipeline=stack.pipeline,
-    )  # fmt: skip
+        is_peft=stack.is_peft,
+        architecture=stack.architecture,
+        pipeline=stack.pipeline,
+    )
     if run.pipeline is not None:
         run.pipeline.loss.loss_fn = run.loss_fn
     if ckpt is not None:

@@ -96,9 +96,10 @@ def stop_job_processes(
 def stop_older_attempts(job_id: str, attempt: int, grace_s: float = 2.0) -> list[int]:
     """Kill leftovers of earlier attempts of the job on this machine; returns their pids."""
     stale = [
-        pid for pid in tagged_pids(job_id)
+        pid
+        for pid in tagged_pids(job_id)
         if (tag := _environ_tag(pid)) and tag.split(":")[1] != str(attempt)
-    ]  # fmt: skip
+    ]
     if stale:
         signal_pids(stale, signal.SIGTERM)
         time.sleep(grace_s)

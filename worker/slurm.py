@@ -34,9 +34,24 @@ from worker.config import WorkerConfig
 from worker.executor import LaunchUnavailable
 from worker.launcher import LaunchSpec, build_env, torchrun_prefix
 
-ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
-                           "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING",
-                           "STAGE_OUT", "RESV_DEL_HOLD", "SPECIAL_EXIT", "STOPPED"})  # fmt: skip
+ACTIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "RESV_DEL_HOLD",
+        "SPECIAL_EXIT",
+        "STOPPED",
+    }
+)
 # Variables of the worker's environment the trainer may need on the compute nodes; the
 # database and broker URLs (credentials) never go into a batch script.
 PASSED_PREFIXES = ("HF_", "TRANSFORMERS_", "NCCL_", "TORCH_", "CUDA_", "OMP_", "PYTORCH_")
@@ -113,25 +128,42 @@ def batch_script(spec: LaunchSpec, config: WorkerConfig, run_dir: Path) -> str:
     """The whole sbatch script of one attempt."""
     exports = _exports(spec, cpus_per_task(spec, config))
     port = rendezvous_port(spec.job_id, spec.attempt)
-    torchrun = [*torchrun_prefix(), "--nnodes", "$SLURM_NNODES",
-                "--nproc_per_node", str(spec.nproc_per_node), "--rdzv_backend", "c10d",
-                "--rdzv_endpoint", f"$head_node:{port}",
-                "--rdzv_id", f"{spec.job_id}-{spec.attempt}", "--max-restarts", "0",
-                "-m", spec.trainer_module, "--recipe", str(spec.recipe_path),
-                "--run-dir", str(run_dir)]  # fmt: skip
+    torchrun = [
+        *torchrun_prefix(),
+        "--nnodes",
+        "$SLURM_NNODES",
+        "--nproc_per_node",
+        str(spec.nproc_per_node),
+        "--rdzv_backend",
+        "c10d",
+        "--rdzv_endpoint",
+        f"$head_node:{port}",
+        "--rdzv_id",
+        f"{spec.job_id}-{spec.attempt}",
+        "--max-restarts",
+        "0",
+        "-m",
+        spec.trainer_module,
+        "--recipe",
+        str(spec.recipe_path),
+        "--run-dir",
+        str(run_dir),
+    ]
     quoted = [a if a.startswith("$") else shlex.quote(a) for a in torchrun]
     quoted = [f'"{a}"' if a.startswith("$") else a for a in quoted]
-    return "\n".join([
-        "#!/bin/bash",
-        f"# tuneyard job {spec.job_id}, attempt {spec.attempt}: written by the SLURM executor",
-        *sbatch_directives(spec, config, run_dir),
-        "set -euo pipefail",
-        *(f"export {key}={shlex.quote(value)}" for key, value in sorted(exports.items())),
-        "export SLURM_EXPORT_ENV=ALL  # srun passes this script's environment to torchrun",
-        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 " + " ".join(quoted),
-        "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            f"# tuneyard job {spec.job_id}, attempt {spec.attempt}: written by the SLURM executor",
+            *sbatch_directives(spec, config, run_dir),
+            "set -euo pipefail",
+            *(f"export {key}={shlex.quote(value)}" for key, value in sorted(exports.items())),
+            "export SLURM_EXPORT_ENV=ALL  # srun passes this script's environment to torchrun",
+            'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            "exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 " + " ".join(quoted),
+            "",
+        ]
+    )
 
 
 class FollowedFile:
@@ -243,8 +275,11 @@ class SlurmAttempt:
         return self._seen_running or self._final is not None
 
     def describe(self) -> dict[str, str]:
-        return {"slurm_job_id": self.slurm_id, "executor": "slurm",
-                "command": f"sbatch slurm-a{self.spec.attempt}.sbatch"}  # fmt: skip
+        return {
+            "slurm_job_id": self.slurm_id,
+            "executor": "slurm",
+            "command": f"sbatch slurm-a{self.spec.attempt}.sbatch",
+        }
 
     def returncode(self) -> int:
         code, _, sig = self.exit_code.partition(":")
@@ -264,8 +299,12 @@ class SlurmAttempt:
         if self._final in ("NODE_FAIL", "BOOT_FAIL", "LOST"):
             return Outcome(Verdict.RETRY, "node_fail", reason, self.returncode())
         if self._final == "OUT_OF_MEMORY":
-            return Outcome(Verdict.FAILED, "out_of_memory",
-                           reason + ": host memory exceeded", int(ExitCode.OUT_OF_MEMORY))  # fmt: skip
+            return Outcome(
+                Verdict.FAILED,
+                "out_of_memory",
+                reason + ": host memory exceeded",
+                int(ExitCode.OUT_OF_MEMORY),
+            )
         if self._final == "DEADLINE":
             return Outcome(Verdict.FAILED, "slurm_deadline", reason, self.returncode())
         return None

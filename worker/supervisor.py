@@ -116,11 +116,18 @@ class AttemptSupervisor:
                 return executor.start(self.spec, self.run_dir, self.config)
             except executor.LaunchUnavailable as exc:
                 if time.monotonic() + delay > deadline:
-                    return launch_failure(f"cannot start the attempt ({self.config.executor}) "
-                                          f"after {self.config.launch_retry_seconds:.0f}s of "
-                                          f"retries: {exc}")  # fmt: skip
-                log.warning("job %s attempt %s: %s; asking again in %.0fs", self.claim.job_id,
-                            self.claim.attempt, exc, delay)  # fmt: skip
+                    return launch_failure(
+                        f"cannot start the attempt ({self.config.executor}) "
+                        f"after {self.config.launch_retry_seconds:.0f}s of "
+                        f"retries: {exc}"
+                    )
+                log.warning(
+                    "job %s attempt %s: %s; asking again in %.0fs",
+                    self.claim.job_id,
+                    self.claim.attempt,
+                    exc,
+                    delay,
+                )
             except OSError as exc:
                 return launch_failure(f"cannot start the attempt ({self.config.executor}): {exc}")
             self._poll_status()
@@ -152,9 +159,14 @@ class AttemptSupervisor:
     def _mark_running(self, handle: AttemptHandle) -> None:
         with session_scope() as session:
             try:
-                transition(session, self.claim.job_id, JobStatus.RUNNING, attempt=self.claim.attempt,
-                           reason=f"{self.config.executor} attempt started on worker {self.worker}",
-                           data=handle.describe())  # fmt: skip
+                transition(
+                    session,
+                    self.claim.job_id,
+                    JobStatus.RUNNING,
+                    attempt=self.claim.attempt,
+                    reason=f"{self.config.executor} attempt started on worker {self.worker}",
+                    data=handle.describe(),
+                )
             except TransitionRefused as exc:  # cancelled while starting: the poll sees it
                 log.info("job %s not moved to running: %s", self.claim.job_id, exc)
 
@@ -174,8 +186,13 @@ class AttemptSupervisor:
     def _renew_or_check(self) -> str | None:
         with session_scope() as session:
             if self.is_leader:
-                return renew_lease(session, self.claim.job_id, self.worker, self.claim.attempt,
-                                   self.config.lease_seconds)  # fmt: skip
+                return renew_lease(
+                    session,
+                    self.claim.job_id,
+                    self.worker,
+                    self.claim.attempt,
+                    self.config.lease_seconds,
+                )
             current = job_attempt_status(session, self.claim.job_id)
         if current is None or current[0] != self.claim.attempt:
             return None
@@ -282,8 +299,11 @@ class AttemptSupervisor:
             except LeaseLost:
                 self.state.lease_lost = True
             except SQLAlchemyError as exc:
-                log.warning("job %s: final ingestion waiting for the database (%s)",
-                            self.claim.job_id, exc.__class__.__name__)  # fmt: skip
+                log.warning(
+                    "job %s: final ingestion waiting for the database (%s)",
+                    self.claim.job_id,
+                    exc.__class__.__name__,
+                )
                 time.sleep(1.0)
 
     # ---- outcome ----------------------------------------------------------------------
@@ -299,7 +319,10 @@ class AttemptSupervisor:
             try:
                 return action()
             except SQLAlchemyError as exc:
-                log.warning("job %s: database unavailable (%s); retrying",
-                            self.claim.job_id, exc.__class__.__name__)  # fmt: skip
+                log.warning(
+                    "job %s: database unavailable (%s); retrying",
+                    self.claim.job_id,
+                    exc.__class__.__name__,
+                )
                 time.sleep(1.0)
         return None

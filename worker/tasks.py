@@ -75,8 +75,12 @@ def _job_id_in(message: Any) -> object:
     return args[0] if isinstance(args, list) and len(args) == 1 else None
 
 
-@app.task(name="tuneyard.run_job", ignore_result=True, acks_late=False,
-          Strategy="worker.tasks:drop_stale_strategy")  # fmt: skip
+@app.task(
+    name="tuneyard.run_job",
+    ignore_result=True,
+    acks_late=False,
+    Strategy="worker.tasks:drop_stale_strategy",
+)
 def run_job(job_id: object = None, *_: object, **__: object) -> str:
     """Run `job_id` if this worker can claim it (or a slot of its gang); returns what happened.
 
@@ -139,8 +143,12 @@ class StatusProbe:
 def drop_message(job_id: object, reason: str) -> str:
     """Acknowledge-and-forget: one warning line and a count, never a traceback."""
     count = worker_state().count_dropped(reason)
-    log.warning("dropped a message for job %s: %s (%d dropped for this reason so far)",
-                str(job_id)[:80], reason, count)  # fmt: skip
+    log.warning(
+        "dropped a message for job %s: %s (%d dropped for this reason so far)",
+        str(job_id)[:80],
+        reason,
+        count,
+    )
     return "dropped"
 
 
@@ -176,8 +184,13 @@ def _gpu_slice(job_id: str, config: WorkerConfig) -> tuple[int, ...] | None:
         count, queue = int(job.resources.get("nproc_per_node") or 1), job.queue
     gpus = slices.acquire(job_id, count, config.gpu_wait_seconds)
     if gpus is None:
-        log.info("job %s: %d GPUs not free on this worker (free: %s); back to queue %s",
-                 job_id, count, list(slices.free()), queue)  # fmt: skip
+        log.info(
+            "job %s: %d GPUs not free on this worker (free: %s); back to queue %s",
+            job_id,
+            count,
+            list(slices.free()),
+            queue,
+        )
         dispatch_after_commit(job_id, queue)
     return gpus
 
@@ -185,8 +198,9 @@ def _gpu_slice(job_id: str, config: WorkerConfig) -> tuple[int, ...] | None:
 def _claim_or_join(job_id: str, worker: str, config: WorkerConfig) -> Claim | None:
     run_dir = str(get_settings().resolved_runs_dir / job_id)
     with session_scope() as session:
-        claim = claim_job(session, job_id, worker, config.lease_seconds, run_dir,
-                          packages=worker_state().packages)  # fmt: skip
+        claim = claim_job(
+            session, job_id, worker, config.lease_seconds, run_dir, packages=worker_state().packages
+        )
         if claim is not None and claim.nnodes > 1 and config.executor == "local":
             endpoint = f"{config.host_address()}:{free_port(config.host_address())}"
             claim = take_gang_slot(session, job_id, worker, endpoint=endpoint)
@@ -210,8 +224,10 @@ def _gather_gang(claim: Claim, worker: str, config: WorkerConfig) -> bool:
         if claim.node_rank != 0:
             return True
         with session_scope() as session:
-            return renew_lease(session, claim.job_id, worker, claim.attempt,
-                               config.lease_seconds) is not None  # fmt: skip
+            return (
+                renew_lease(session, claim.job_id, worker, claim.attempt, config.lease_seconds)
+                is not None
+            )
 
     if wait_for_gang(claim.job_id, claim.attempt, claim.nnodes, config.gang_wait_seconds, renew):
         return True

@@ -70,23 +70,39 @@ def _public_fields(job: Job, project: str, latest: dict[str, Any] | None) -> dic
     """`JobPublic`'s fields of a job as plain JSON values (its warnings already in
     `FieldErrorOut`'s shape), for the model and for `job_public_json` alike."""
     plan = job.plan or {}
-    warnings = [{"loc": w["loc"], "msg": w["msg"], "fix": w.get("fix", "")}
-                for w in plan.get("warnings") or []]  # fmt: skip
+    warnings = [
+        {"loc": w["loc"], "msg": w["msg"], "fix": w.get("fix", "")}
+        for w in plan.get("warnings") or []
+    ]
     return {
-        "id": job.id, "name": job.name, "project": project,
-        "status": JobStatus(job.status).value, "terminal": is_terminal(job.status),
-        "queue": job.queue, "priority": job.priority, "labels": job.labels or {},
-        "attempt": job.attempt, "max_attempts": job.max_attempts,
+        "id": job.id,
+        "name": job.name,
+        "project": project,
+        "status": JobStatus(job.status).value,
+        "terminal": is_terminal(job.status),
+        "queue": job.queue,
+        "priority": job.priority,
+        "labels": job.labels or {},
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
         "resources": job.resources or {},
-        "overrides": list((job.spec or {}).get("overrides") or []), "recipe": job.recipe or {},
-        "plan": plan, "warnings": warnings, "max_steps": plan.get("max_steps"),
-        "latest_metrics": latest, "actions": available_controls(job.status),
-        "error_code": job.error_code, "error_message": job.error_message,
-        "run_dir": job.run_dir, "idempotency_key": job.idempotency_key,
-        "created_at": job.created_at, "updated_at": job.updated_at,
-        "dispatched_at": job.dispatched_at, "started_at": job.started_at,
+        "overrides": list((job.spec or {}).get("overrides") or []),
+        "recipe": job.recipe or {},
+        "plan": plan,
+        "warnings": warnings,
+        "max_steps": plan.get("max_steps"),
+        "latest_metrics": latest,
+        "actions": available_controls(job.status),
+        "error_code": job.error_code,
+        "error_message": job.error_message,
+        "run_dir": job.run_dir,
+        "idempotency_key": job.idempotency_key,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+        "dispatched_at": job.dispatched_at,
+        "started_at": job.started_at,
         "finished_at": job.finished_at,
-    }  # fmt: skip
+    }
 
 
 def job_public(job: Job, project: str, latest: dict[str, Any] | None = None) -> JobPublic:
@@ -123,22 +139,29 @@ def find_job(session: SessionDep, principal: Principal, job_id: str) -> Job:
     summary="Submit a job",
     openapi_extra=BEARER_SECURITY,
     responses={
-        200: {"model": JobPublic, "description": "Replay: this Idempotency-Key and body "
-              "already created this job."},
+        200: {
+            "model": JobPublic,
+            "description": "Replay: this Idempotency-Key and body already created this job.",
+        },
         409: {"model": ErrorOut, "description": "Idempotency-Key reused with another body."},
-        **INVALID, **AUTH_ERRORS,
+        **INVALID,
+        **AUTH_ERRORS,
     },
-)  # fmt: skip
+)
 def create_job(
     body: JobCreate,
     request: Request,
     creds: PresentedKey,
     idempotency_key: Annotated[
         str | None,
-        Header(alias="Idempotency-Key", min_length=1, max_length=255,
-               description="Retry-safe submission: the same key and body return the same job."),
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=255,
+            description="Retry-safe submission: the same key and body return the same job.",
+        ),
     ] = None,
-) -> Response:  # fmt: skip
+) -> Response:
     """Validate everything, store the job, then queue it. Nothing is stored when invalid.
 
     A retry with a known Idempotency-Key and the same body answers the stored job first,
@@ -149,8 +172,9 @@ def create_job(
     with route_session(request) as (settings, session, capacity):
         kept = request.app.state.kept_principals
         try:
-            job, created, principal = submit(body, settings, session, capacity, creds, kept,
-                                             idempotency_key)  # fmt: skip
+            job, created, principal = submit(
+                body, settings, session, capacity, creds, kept, idempotency_key
+            )
         except store.IdempotencyConflict as exc:
             raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
         return _job_answer(job, principal.project_name, 201 if created else 200)
@@ -158,8 +182,9 @@ def create_job(
 
 def _job_answer(job: Job, project: str, status: int) -> Response:
     # Written here: FastAPI would validate the model it was just built from a second time.
-    return Response(job_public_json(job, project), status_code=status,
-                    media_type="application/json")  # fmt: skip
+    return Response(
+        job_public_json(job, project), status_code=status, media_type="application/json"
+    )
 
 
 @router.post(
@@ -174,12 +199,22 @@ def validate_job(body: JobCreate, request: Request, creds: PresentedKey) -> Vali
     with route_session(request) as (settings, session, capacity):
         principal = principal_with_role(settings, session, creds, "submit")
         checked = check_request(body, settings, principal, session, capacity)
-    return ValidateOut(valid=True, errors=[], warnings=checked.plan.get("warnings") or [],
-                       plan=checked.plan, recipe=checked.recipe, queue=checked.queue)  # fmt: skip
+    return ValidateOut(
+        valid=True,
+        errors=[],
+        warnings=checked.plan.get("warnings") or [],
+        plan=checked.plan,
+        recipe=checked.recipe,
+        queue=checked.queue,
+    )
 
 
-@router.get("/jobs", response_model=JobsPublic, summary="List jobs, newest first",
-            responses={**INVALID, **AUTH_ERRORS})  # fmt: skip
+@router.get(
+    "/jobs",
+    response_model=JobsPublic,
+    summary="List jobs, newest first",
+    responses={**INVALID, **AUTH_ERRORS},
+)
 def list_jobs(
     principal: Reader,
     session: SessionDep,
@@ -191,12 +226,21 @@ def list_jobs(
     labels = _parse_labels(label or [])
     try:
         jobs, next_cursor = store.list_jobs(
-            session, principal.project_id, statuses=[s.value for s in status or []],
-            labels=labels, cursor=cursor, limit=limit,
-        )  # fmt: skip
+            session,
+            principal.project_id,
+            statuses=[s.value for s in status or []],
+            labels=labels,
+            cursor=cursor,
+            limit=limit,
+        )
     except ValueError as exc:
-        raise InvalidRequest([FieldError("cursor", str(exc), "pass a next_cursor value "
-                                         "from a previous page, or none")]) from exc  # fmt: skip
+        raise InvalidRequest(
+            [
+                FieldError(
+                    "cursor", str(exc), "pass a next_cursor value from a previous page, or none"
+                )
+            ]
+        ) from exc
     latest = metric_reads.latest_train_metrics(session, [j.id for j in jobs])
     data = [job_public(j, principal.project_name, latest.get(j.id)) for j in jobs]
     return JobsPublic(data=data, has_more=next_cursor is not None, next_cursor=next_cursor)
@@ -209,14 +253,19 @@ def _parse_labels(items: list[str]) -> dict[str, str]:
         if unstorable_text(item):
             raise InvalidRequest([FieldError("label", BAD_TEXT, "filter on printable text")])
         if not sep or not key:
-            raise InvalidRequest([FieldError("label", f"'{item}' is not key=value",
-                                             "filter as label=team=nlp")])  # fmt: skip
+            raise InvalidRequest(
+                [FieldError("label", f"'{item}' is not key=value", "filter as label=team=nlp")]
+            )
         labels[key] = value
     return labels
 
 
-@router.get("/jobs/{job_id}", response_model=JobPublic, summary="Read a job",
-            responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+@router.get(
+    "/jobs/{job_id}",
+    response_model=JobPublic,
+    summary="Read a job",
+    responses={**NOT_FOUND, **AUTH_ERRORS},
+)
 def get_job(job_id: str, principal: Reader, session: SessionDep) -> JobPublic:
     job = find_job(session, principal, job_id)
     latest = metric_reads.latest_train_metrics(session, [job.id]).get(job.id)
@@ -226,36 +275,55 @@ def get_job(job_id: str, principal: Reader, session: SessionDep) -> JobPublic:
 def _control(verb: str, job_id: str, principal: Principal, session: SessionDep) -> Job:
     find_job(session, principal, job_id)
     try:
-        job, changed = request_control(session, job_id, verb, reason=f"{verb} requested by "
-                                       f"key {principal.key_id or 'auth-off'}")  # fmt: skip
+        job, changed = request_control(
+            session,
+            job_id,
+            verb,
+            reason=f"{verb} requested by key {principal.key_id or 'auth-off'}",
+        )
     except IllegalTransition as exc:
         session.rollback()
         raise ApiError(
-            409, "illegal_transition", f"cannot {verb} a {exc.current_status} job",
-            current_status=exc.current_status, job_id=job_id,
-        ) from exc  # fmt: skip
+            409,
+            "illegal_transition",
+            f"cannot {verb} a {exc.current_status} job",
+            current_status=exc.current_status,
+            job_id=job_id,
+        ) from exc
     session.commit()
     return job
 
 
-@router.post("/jobs/{job_id}/cancel", response_model=JobPublic, summary="Cancel a job",
-             responses={**NOT_FOUND, **CONFLICT, **AUTH_ERRORS})  # fmt: skip
+@router.post(
+    "/jobs/{job_id}/cancel",
+    response_model=JobPublic,
+    summary="Cancel a job",
+    responses={**NOT_FOUND, **CONFLICT, **AUTH_ERRORS},
+)
 def cancel_job(job_id: str, principal: Submitter, session: SessionDep) -> JobPublic:
     """Queued or paused jobs end at once; running ones go to `cancelling` until the worker
     has stopped every rank. Cancelling a `cancelling` job is a no-op; a finished one is 409."""
     return job_public(_control("cancel", job_id, principal, session), principal.project_name)
 
 
-@router.post("/jobs/{job_id}/pause", response_model=JobPublic, summary="Pause a job",
-             responses={**NOT_FOUND, **CONFLICT, **AUTH_ERRORS})  # fmt: skip
+@router.post(
+    "/jobs/{job_id}/pause",
+    response_model=JobPublic,
+    summary="Pause a job",
+    responses={**NOT_FOUND, **CONFLICT, **AUTH_ERRORS},
+)
 def pause_job(job_id: str, principal: Submitter, session: SessionDep) -> JobPublic:
     """A running job saves a checkpoint and stops (`pausing` -> `paused`); a queued one is
     held back (`paused`)."""
     return job_public(_control("pause", job_id, principal, session), principal.project_name)
 
 
-@router.post("/jobs/{job_id}/resume", response_model=JobPublic, summary="Resume a paused job",
-             responses={**NOT_FOUND, **CONFLICT, **AUTH_ERRORS})  # fmt: skip
+@router.post(
+    "/jobs/{job_id}/resume",
+    response_model=JobPublic,
+    summary="Resume a paused job",
+    responses={**NOT_FOUND, **CONFLICT, **AUTH_ERRORS},
+)
 def resume_job(
     job_id: str, principal: Submitter, session: SessionDep, settings: SettingsDep
 ) -> JobPublic:
@@ -265,8 +333,12 @@ def resume_job(
     return job_public(job, principal.project_name)
 
 
-@router.get("/jobs/{job_id}/events", response_model=EventsPublic, summary="A job's history",
-            responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+@router.get(
+    "/jobs/{job_id}/events",
+    response_model=EventsPublic,
+    summary="A job's history",
+    responses={**NOT_FOUND, **AUTH_ERRORS},
+)
 def list_job_events(
     job_id: str,
     principal: Reader,
@@ -283,5 +355,9 @@ def list_job_events(
     has_more, events = len(events) > limit, events[:limit]
     data = [EventPublic.model_validate(e, from_attributes=True) for e in events]
     last = events[-1].id if events else start or None
-    return EventsPublic(data=data, has_more=has_more, next_after=last,
-                        next_cursor=None if last is None else str(last))  # fmt: skip
+    return EventsPublic(
+        data=data,
+        has_more=has_more,
+        next_after=last,
+        next_cursor=None if last is None else str(last),
+    )

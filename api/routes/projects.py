@@ -31,25 +31,36 @@ def _own_project(name: str, principal: Principal, session: SessionDep) -> Projec
 
 
 def _public(project: Project) -> ProjectPublic:
-    return ProjectPublic(name=project.name, allow_remote_code=project.allow_remote_code,
-                         created_at=project.created_at)  # fmt: skip
+    return ProjectPublic(
+        name=project.name,
+        allow_remote_code=project.allow_remote_code,
+        created_at=project.created_at,
+    )
 
 
-@router.get("/projects/{name}", response_model=ProjectPublic, summary="The caller's project",
-            responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+@router.get(
+    "/projects/{name}",
+    response_model=ProjectPublic,
+    summary="The caller's project",
+    responses={**NOT_FOUND, **AUTH_ERRORS},
+)
 def get_project(name: str, principal: Reader, session: SessionDep) -> ProjectPublic:
     return _public(_own_project(name, principal, session))
 
 
-@router.patch("/projects/{name}", response_model=ProjectPublic,
-              summary="Change the project's settings (admin): the remote-code grant",
-              responses={**NOT_FOUND, **INVALID, **AUTH_ERRORS})  # fmt: skip
+@router.patch(
+    "/projects/{name}",
+    response_model=ProjectPublic,
+    summary="Change the project's settings (admin): the remote-code grant",
+    responses={**NOT_FOUND, **INVALID, **AUTH_ERRORS},
+)
 def update_project(
     name: str, body: ProjectUpdate, principal: Admin, session: SessionDep
 ) -> ProjectPublic:
     project = _own_project(name, principal, session)
     set_remote_code(session, project.id, body.allow_remote_code)
     session.commit()
-    log.warning("project %s: allow_remote_code=%s (key %s)", name, body.allow_remote_code,
-                principal.key_id)  # fmt: skip
+    log.warning(
+        "project %s: allow_remote_code=%s (key %s)", name, body.allow_remote_code, principal.key_id
+    )
     return _public(project)

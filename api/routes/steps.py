@@ -37,9 +37,12 @@ class StepSamplesPublic(BaseModel):
     data: list[StepRowPublic]
 
 
-@router.get("/steps/{step}/samples", response_model=StepSamplesPublic,
-            summary="The dataset rows of one training step",
-            responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+@router.get(
+    "/steps/{step}/samples",
+    response_model=StepSamplesPublic,
+    summary="The dataset rows of one training step",
+    responses={**NOT_FOUND, **AUTH_ERRORS},
+)
 def get_step_samples(
     job_id: str,
     step: Annotated[int, Path(ge=1, le=2**31 - 1)],

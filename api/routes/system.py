@@ -44,8 +44,12 @@ def _check_broker(settings: Settings) -> str:
     return "ok" if broker_reachable(settings) else "unreachable"
 
 
-@router.get("/readyz", response_model=Health, summary="Database and broker are reachable",
-            responses={503: {"model": Health, "description": "Something is unreachable."}})  # fmt: skip
+@router.get(
+    "/readyz",
+    response_model=Health,
+    summary="Database and broker are reachable",
+    responses={503: {"model": Health, "description": "Something is unreachable."}},
+)
 def readyz(request: Request) -> Health | JSONResponse:
     """`database` and `broker` are live checks and decide the status; `broker_client` says
     whether the submit path's broker client was imported and connected at start-up (a live
@@ -60,8 +64,12 @@ def readyz(request: Request) -> Health | JSONResponse:
     return health if ok else JSONResponse(health.model_dump(), status_code=503)
 
 
-@router.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics",
-            responses={200: {"content": {"text/plain": {}}}})  # fmt: skip
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    summary="Prometheus metrics",
+    responses={200: {"content": {"text/plain": {}}}},
+)
 def prometheus_metrics(request: Request, session: SessionDep, creds: Credentials) -> Response:
     """Open: request counters, queue depth, workers, dropped messages, no project's data.
     With an admin key: also that project's jobs by state (`tuneyard_project_jobs`)."""
@@ -71,8 +79,12 @@ def prometheus_metrics(request: Request, session: SessionDep, creds: Credentials
         workers, dropped = store.worker_gauges(session)
         lines += gauge("tuneyard_queue_depth", "Queued jobs waiting per queue.", queued, "queue")
         lines += gauge("tuneyard_workers", "Workers by status.", workers, "status")
-        lines += gauge("tuneyard_worker_dropped_messages", "Stale or malformed messages the "
-                       "live workers dropped, by reason.", dropped, "reason")  # fmt: skip
+        lines += gauge(
+            "tuneyard_worker_dropped_messages",
+            "Stale or malformed messages the live workers dropped, by reason.",
+            dropped,
+            "reason",
+        )
         lines += _project_jobs(request, session, creds)
         lines += ["# TYPE tuneyard_database_up gauge", "tuneyard_database_up 1"]
     except Exception:  # still expose request metrics when the database is down
@@ -98,8 +110,13 @@ def _project_jobs(request: Request, session: Session, creds: Any) -> list[str]:
         return []
     counts = store.job_counts_by_status(session, principal.project_id)
     values = {(principal.project_name, state): n for state, n in counts.items()}
-    return gauge("tuneyard_project_jobs", "This project's jobs by state (admin key only).",
-                 values, "project", "state")  # fmt: skip
+    return gauge(
+        "tuneyard_project_jobs",
+        "This project's jobs by state (admin key only).",
+        values,
+        "project",
+        "state",
+    )
 
 
 def _broker_depth(settings: Settings, queues: set[str]) -> list[str]:
@@ -107,29 +124,45 @@ def _broker_depth(settings: Settings, queues: set[str]) -> list[str]:
     depth = queue_lengths(queues, settings)
     if depth is None:
         return []
-    return gauge("tuneyard_broker_messages", "Job ids waiting in the broker per queue.",
-                 depth, "queue")  # fmt: skip
+    return gauge(
+        "tuneyard_broker_messages", "Job ids waiting in the broker per queue.", depth, "queue"
+    )
 
 
-@router.get("/v1/models", response_model=ModelsPublic, tags=["models"],
-            summary="Registered architectures and what the trainer can run for them",
-            responses={**AUTH_ERRORS})  # fmt: skip
+@router.get(
+    "/v1/models",
+    response_model=ModelsPublic,
+    tags=["models"],
+    summary="Registered architectures and what the trainer can run for them",
+    responses={**AUTH_ERRORS},
+)
 def list_models(principal: Reader) -> ModelsPublic:
     data = [
-        ModelPublic(architecture=e.architecture, family=e.family, tie_support=e.tie_support.value,
-                    capabilities=dict(vars(e.capabilities)), notes=e.notes)
+        ModelPublic(
+            architecture=e.architecture,
+            family=e.family,
+            tie_support=e.tie_support.value,
+            capabilities=dict(vars(e.capabilities)),
+            notes=e.notes,
+        )
         for e in registered_architectures()
-    ]  # fmt: skip
+    ]
     return ModelsPublic(data=data)
 
 
-@router.post("/v1/keys", response_model=KeyCreated, status_code=201, tags=["keys"],
-             summary="Create an API key for the caller's project (admin)",
-             responses={**AUTH_ERRORS, **INVALID})  # fmt: skip
+@router.post(
+    "/v1/keys",
+    response_model=KeyCreated,
+    status_code=201,
+    tags=["keys"],
+    summary="Create an API key for the caller's project (admin)",
+    responses={**AUTH_ERRORS, **INVALID},
+)
 def create_key(body: KeyCreate, principal: Admin, session: SessionDep) -> KeyCreated:
     """The key is in this answer only; the server keeps its hash."""
     key, raw = create_api_key(session, principal.project_name, body.role)
     session.commit()
     log.info("key %s (%s) created for project %s", key.prefix, key.role, principal.project_name)
-    return KeyCreated(id=key.id, project=principal.project_name, role=key.role,
-                      prefix=key.prefix, key=raw)  # fmt: skip
+    return KeyCreated(
+        id=key.id, project=principal.project_name, role=key.role, prefix=key.prefix, key=raw
+    )

@@ -45,9 +45,16 @@ Kind = Literal["train", "val"]
 STREAM_DOC = {200: {"content": {"text/event-stream": {}}, "description": "Server-sent events."}}
 
 
-@router.get("/metrics", response_model=MetricsPublic, summary="Metric records of a job",
-            responses={304: {"description": "Not modified: the `If-None-Match` ETag still "
-                             "holds."}, **NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+@router.get(
+    "/metrics",
+    response_model=MetricsPublic,
+    summary="Metric records of a job",
+    responses={
+        304: {"description": "Not modified: the `If-None-Match` ETag still holds."},
+        **NOT_FOUND,
+        **AUTH_ERRORS,
+    },
+)
 async def get_job_metrics(
     job_id: str,
     request: Request,
@@ -56,7 +63,7 @@ async def get_job_metrics(
     kind: Kind = "train",
     after_step: Annotated[
         int | None, Query(ge=-1, le=2**31 - 1, description="Deprecated: the cursor as a number.")
-    ] = None,  # fmt: skip
+    ] = None,
     cursor: Annotated[str | None, Query(max_length=20, description=CURSOR_DOC)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     max_points: Annotated[
@@ -67,7 +74,7 @@ async def get_job_metrics(
             description="Downsample to at most this many records: each "
             "bucket of steps keeps its lowest- and highest-loss records and its last one.",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
 ) -> Response:
     """Ascending by step (needs a `read` key). Poll with `cursor=<next_cursor>`: a poll with
     nothing new is one index probe and an empty page. Every answer has an ETag;
@@ -75,8 +82,15 @@ async def get_job_metrics(
     the page are read in one threadpool call, on one connection."""
     after_step = numeric_cursor(cursor, after_step)
     if after_step is not None and after_step > 2**31 - 1:
-        raise InvalidRequest([FieldError("cursor", "past the last possible step",
-                                         "pass the `next_cursor` of the previous page")])  # fmt: skip
+        raise InvalidRequest(
+            [
+                FieldError(
+                    "cursor",
+                    "past the last possible step",
+                    "pass the `next_cursor` of the previous page",
+                )
+            ]
+        )
     query = MetricsQuery(job_id, kind, after_step, limit, max_points)
     factory = request.app.state.session_factory
     page = await run_in_threadpool(_metrics_page, factory, settings, creds, query)
@@ -101,14 +115,20 @@ def _metrics_page(
         has_more = False
         if q.max_points is not None:
             rows, downsampled = metric_reads.metrics_downsampled(
-                session, own_id, q.kind, q.after_step, q.max_points)  # fmt: skip
+                session, own_id, q.kind, q.after_step, q.max_points
+            )
         else:
             rows = metric_reads.metrics_page(session, own_id, q.kind, q.after_step, q.limit + 1)
             downsampled, has_more, rows = False, len(rows) > q.limit, rows[: q.limit]
     next_step = rows[-1]["step"] if rows else q.after_step
-    return {"data": rows, "kind": q.kind, "downsampled": downsampled, "has_more": has_more,
-            "next_cursor": None if next_step is None else str(next_step),
-            "next_after_step": next_step}  # fmt: skip
+    return {
+        "data": rows,
+        "kind": q.kind,
+        "downsampled": downsampled,
+        "has_more": has_more,
+        "next_cursor": None if next_step is None else str(next_step),
+        "next_after_step": next_step,
+    }
 
 
 def _stream_fetch(
@@ -126,13 +146,19 @@ def _stream_fetch(
 
 
 def _event_stream(request: Request, fetch: Fetch, event: str, after: int) -> StreamingResponse:
-    return StreamingResponse(stream_rows(request, fetch, event, after),
-                             media_type="text/event-stream", headers=SSE_HEADERS)  # fmt: skip
+    return StreamingResponse(
+        stream_rows(request, fetch, event, after),
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
+    )
 
 
-@router.get("/metrics/stream", summary="Live metric records (server-sent events)",
-            response_class=StreamingResponse,
-            responses={**STREAM_DOC, **NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+@router.get(
+    "/metrics/stream",
+    summary="Live metric records (server-sent events)",
+    response_class=StreamingResponse,
+    responses={**STREAM_DOC, **NOT_FOUND, **AUTH_ERRORS},
+)
 def stream_metrics(
     job_id: str,
     request: Request,
@@ -146,7 +172,7 @@ def stream_metrics(
             le=MAX_EVENT_ID,
             description="Start after this event id (`Last-Event-ID` wins when sent).",
         ),
-    ] = 0,  # fmt: skip
+    ] = 0,
 ) -> StreamingResponse:
     """One `metric` event per record (train and val unless `kind` is given), `id` = the
     record's id; ends with an `end` event when the job has finished."""
@@ -165,8 +191,12 @@ def _log_dict(line: JobLog) -> dict[str, Any]:
     return LogLine.model_validate(line, from_attributes=True).model_dump(mode="json")
 
 
-@router.get("/logs", response_model=LogsPublic, summary="A job's stdout and stderr",
-            responses={**STREAM_DOC, **NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+@router.get(
+    "/logs",
+    response_model=LogsPublic,
+    summary="A job's stdout and stderr",
+    responses={**STREAM_DOC, **NOT_FOUND, **AUTH_ERRORS},
+)
 def get_job_logs(
     job_id: str,
     request: Request,
@@ -179,7 +209,7 @@ def get_job_logs(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     follow: Annotated[
         bool, Query(description="Stream new lines as server-sent events until the job ends.")
-    ] = False,  # fmt: skip
+    ] = False,
 ) -> LogsPublic | StreamingResponse:
     """Lines in order after the cursor; `follow=true` answers `text/event-stream` instead,
     one `log` event per line (resumable with `Last-Event-ID`)."""
@@ -197,12 +227,21 @@ def get_job_logs(
     has_more, lines = len(lines) > limit, lines[:limit]
     data = [LogLine.model_validate(line, from_attributes=True) for line in lines]
     last = lines[-1].id if lines else after or None
-    return LogsPublic(data=data, lines=data, has_more=has_more, next_after=last,
-                      next_cursor=None if last is None else str(last))  # fmt: skip
+    return LogsPublic(
+        data=data,
+        lines=data,
+        has_more=has_more,
+        next_after=last,
+        next_cursor=None if last is None else str(last),
+    )
 
 
-@router.get("/checkpoints", response_model=CheckpointsPublic, summary="A job's checkpoints",
-            responses={**NOT_FOUND, **AUTH_ERRORS})  # fmt: skip
+@router.get(
+    "/checkpoints",
+    response_model=CheckpointsPublic,
+    summary="A job's checkpoints",
+    responses={**NOT_FOUND, **AUTH_ERRORS},
+)
 def list_job_checkpoints(job_id: str, principal: Reader, session: SessionDep) -> CheckpointsPublic:
     """Published checkpoints, ascending by step, with the metrics at that step."""
     job = find_job(session, principal, job_id)

@@ -81,7 +81,12 @@ def _note_unmet(session: Session, job: Job, worker: str, missing: list[str]) -> 
         return
     message = f"worker {worker} lacks {', '.join(missing)}; the job waits for a worker that has it"
     session.add(
-        JobEvent(job_id=job.id, attempt=job.attempt, kind=UNMET_EVENT, message=message,
-                 data={"worker": worker, "missing": missing})
-    )  # fmt: skip
+        JobEvent(
+            job_id=job.id,
+            attempt=job.attempt,
+            kind=UNMET_EVENT,
+            message=message,
+            data={"worker": worker, "missing": missing},
+        )
+    )
     session.flush()

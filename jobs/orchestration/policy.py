@@ -130,8 +130,15 @@ def settle_attempt(
         return False
     if outcome.verdict == Verdict.FAILED:
         reason = f"user error {outcome.code}: {outcome.message}"
-        _move(session, job, JobStatus.FAILED, reason, data,
-              error_code=outcome.code, error_message=outcome.message)  # fmt: skip
+        _move(
+            session,
+            job,
+            JobStatus.FAILED,
+            reason,
+            data,
+            error_code=outcome.code,
+            error_message=outcome.message,
+        )
         return False
     return retry_or_fail(session, job, outcome.code or "crash", outcome.message, data)
 

@@ -105,10 +105,18 @@ RULES: dict[tuple[JobStatus, JobStatus], Rule] = {
 }
 
 # Columns a caller may set alongside a transition (status and attempt belong to the rules).
-SETTABLE_FIELDS = frozenset({
-    "lease_owner", "lease_expires_at", "error_code", "error_message", "run_dir",
-    "dispatched_at", "started_at", "finished_at",
-})  # fmt: skip
+SETTABLE_FIELDS = frozenset(
+    {
+        "lease_owner",
+        "lease_expires_at",
+        "error_code",
+        "error_message",
+        "run_dir",
+        "dispatched_at",
+        "started_at",
+        "finished_at",
+    }
+)
 
 
 class TransitionRefused(Exception):
@@ -145,12 +153,16 @@ class StaleAttempt(IllegalTransition):
 # ALREADY mean the request is in effect (answered as a no-op); any other status is refused.
 CONTROL: dict[str, dict[JobStatus, JobStatus]] = {
     "cancel": {
-        S.QUEUED: S.CANCELLED, S.PAUSED: S.CANCELLED, S.RETRYING: S.CANCELLED,
-        S.STARTING: S.CANCELLING, S.RUNNING: S.CANCELLING, S.PAUSING: S.CANCELLING,
+        S.QUEUED: S.CANCELLED,
+        S.PAUSED: S.CANCELLED,
+        S.RETRYING: S.CANCELLED,
+        S.STARTING: S.CANCELLING,
+        S.RUNNING: S.CANCELLING,
+        S.PAUSING: S.CANCELLING,
     },
     "pause": {S.QUEUED: S.PAUSED, S.RUNNING: S.PAUSING},
     "resume": {S.PAUSED: S.QUEUED},
-}  # fmt: skip
+}
 ALREADY: dict[str, frozenset[JobStatus]] = {
     "cancel": frozenset({S.CANCELLING}),
     "pause": frozenset({S.PAUSING, S.PAUSED}),

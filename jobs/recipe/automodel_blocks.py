@@ -39,17 +39,32 @@ MP_POLICIES = {
 }
 # transformers config classes by name -> the model_type their config.json carries.
 CONFIG_CLASSES = {
-    "LlamaConfig": "llama", "Qwen2Config": "qwen2", "Qwen3Config": "qwen3",
-    "Qwen3MoeConfig": "qwen3_moe", "Qwen2MoeConfig": "qwen2_moe", "MistralConfig": "mistral",
-    "MixtralConfig": "mixtral", "Gemma2Config": "gemma2", "Gemma3TextConfig": "gemma3_text",
-    "GemmaConfig": "gemma", "Phi3Config": "phi3", "GPT2Config": "gpt2",
-    "DeepseekV3Config": "deepseek_v3", "OlmoConfig": "olmo", "Olmo2Config": "olmo2",
-    "GraniteConfig": "granite", "StarCoder2Config": "starcoder2", "FalconConfig": "falcon",
-}  # fmt: skip
-CONSOLIDATED = ("accepted: tuneyard writes every checkpoint as sharded state plus a "
-                "consolidated Hugging Face safetensors copy (more disk per checkpoint)")  # fmt: skip
-SAFETENSORS = ("accepted: checkpoints are written as safetensors, which torch, transformers "
-               "and peft load")  # fmt: skip
+    "LlamaConfig": "llama",
+    "Qwen2Config": "qwen2",
+    "Qwen3Config": "qwen3",
+    "Qwen3MoeConfig": "qwen3_moe",
+    "Qwen2MoeConfig": "qwen2_moe",
+    "MistralConfig": "mistral",
+    "MixtralConfig": "mixtral",
+    "Gemma2Config": "gemma2",
+    "Gemma3TextConfig": "gemma3_text",
+    "GemmaConfig": "gemma",
+    "Phi3Config": "phi3",
+    "GPT2Config": "gpt2",
+    "DeepseekV3Config": "deepseek_v3",
+    "OlmoConfig": "olmo",
+    "Olmo2Config": "olmo2",
+    "GraniteConfig": "granite",
+    "StarCoder2Config": "starcoder2",
+    "FalconConfig": "falcon",
+}
+CONSOLIDATED = (
+    "accepted: tuneyard writes every checkpoint as sharded state plus a "
+    "consolidated Hugging Face safetensors copy (more disk per checkpoint)"
+)
+SAFETENSORS = (
+    "accepted: checkpoints are written as safetensors, which torch, transformers and peft load"
+)
 IGNORED_BLOCKS = {
     "parallelizer": "tuneyard applies the model family's own parallelize plan (TP, "
     "activation checkpointing, FSDP2) from the distributed section",
@@ -63,8 +78,13 @@ def _distributed_config(data: dict[str, Any]) -> list[FieldError]:
     if block is None:
         return []
     if not isinstance(block, dict):
-        return [FieldError("distributed_config", "must be a mapping",
-                           "write distributed_config: {_target_: ...FSDP2Config, ...}")]  # fmt: skip
+        return [
+            FieldError(
+                "distributed_config",
+                "must be a mapping",
+                "write distributed_config: {_target_: ...FSDP2Config, ...}",
+            )
+        ]
     block = dict(block)
     target = block.pop("_target_", None)
     strategy = STRATEGY_CONFIGS.get(target) if isinstance(target, str) else None

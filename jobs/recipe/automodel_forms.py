@@ -17,20 +17,48 @@ from typing import Any
 
 from jobs.recipe.errors import FieldError
 
-DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32",
-                 "float": "float32", "torch.bf16": "bfloat16"}  # fmt: skip
+DTYPE_ALIASES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "fp32": "float32",
+    "float": "float32",
+    "torch.bf16": "bfloat16",
+}
 NONE_WORDS = frozenset({"none", "null", "~"})
-OPTIONAL_SECTIONS = ("peft", "validation_dataset", "validation_dataloader", "lr_scheduler",
-                     "restore_from", "packed_sequence", "fp8", "qat", "compile",
-                     "clip_grad_norm", "loss_fn")  # fmt: skip
-FIXED_VALUE_SECTIONS = ("step_scheduler", "rng", "dist_env", "compile", "clip_grad_norm",
-                        "packed_sequence", "dataloader", "validation_dataloader",
-                        "checkpoint", "peft", "fp8", "qat")  # fmt: skip
+OPTIONAL_SECTIONS = (
+    "peft",
+    "validation_dataset",
+    "validation_dataloader",
+    "lr_scheduler",
+    "restore_from",
+    "packed_sequence",
+    "fp8",
+    "qat",
+    "compile",
+    "clip_grad_norm",
+    "loss_fn",
+)
+FIXED_VALUE_SECTIONS = (
+    "step_scheduler",
+    "rng",
+    "dist_env",
+    "compile",
+    "clip_grad_norm",
+    "packed_sequence",
+    "dataloader",
+    "validation_dataloader",
+    "checkpoint",
+    "peft",
+    "fp8",
+    "qat",
+)
 SIZE_KEYS = ("dp_replicate_size", "tp_size", "pp_size", "cp_size", "ep_size")
 WARMUP_DECAY = "tuneyard.schedulers.WarmupDecay"
 DECAY_STYLES = ("cosine", "linear", "constant", "inverse-square-root")
-SCHEDULER_KEYS = frozenset({"lr_warmup_steps", "lr_decay_steps", "lr_decay_style", "init_lr",
-                            "max_lr", "min_lr"})  # fmt: skip
+SCHEDULER_KEYS = frozenset(
+    {"lr_warmup_steps", "lr_decay_steps", "lr_decay_style", "init_lr", "max_lr", "min_lr"}
+)
 SCHEDULER_RESUME_KEYS = ("use_checkpoint_opt_param_scheduler", "override_opt_param_scheduler")
 WD_KEYS = ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style")
 
@@ -153,7 +181,7 @@ def scheduler_forms(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldE
         FieldError(
             f"lr_scheduler.{key}",
             "accepted and ignored: a restored run always resumes the scheduler from its checkpoint",
-        )  # fmt: skip
+        )
         for key in SCHEDULER_RESUME_KEYS
         if section.pop(key, None) is not None
     ]
@@ -164,7 +192,7 @@ def scheduler_forms(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldE
             f"lr_scheduler.{key}",
             f"AutoModel's scheduler config has no key {key!r}",
             "accepted: " + ", ".join(sorted(SCHEDULER_KEYS)),
-        )  # fmt: skip
+        )
         for key in unknown
     ]
     section["_target_"] = WARMUP_DECAY
@@ -181,8 +209,11 @@ def _weight_decay_errors(section: dict[str, Any]) -> list[FieldError]:
     if not ramps:
         return []
     msg = "a weight-decay ramp (start_wd -> end_wd) is not supported by tuneyard's trainer yet"
-    return [FieldError("lr_scheduler.wd_incr_style", msg,
-                       "remove the wd keys and set optimizer.weight_decay")]  # fmt: skip
+    return [
+        FieldError(
+            "lr_scheduler.wd_incr_style", msg, "remove the wd keys and set optimizer.weight_decay"
+        )
+    ]
 
 
 def _decay_style_errors(section: dict[str, Any]) -> list[FieldError]:
@@ -215,7 +246,7 @@ def check_warmup_decay(section: dict[str, Any], lr: Any, max_steps: int | None) 
             f"lr_scheduler.{key}",
             f"must be an integer >= {low}, got {section[key]!r}",
             f"set lr_scheduler.{key} to an integer >= {low}",
-        )  # fmt: skip
+        )
         for key, low in (("lr_warmup_steps", 0), ("lr_decay_steps", 1))
         if section.get(key) is not None and not _count(section[key], low)
     ]
@@ -224,7 +255,7 @@ def check_warmup_decay(section: dict[str, Any], lr: Any, max_steps: int | None) 
             f"lr_scheduler.{key}",
             f"must be a number >= 0, got {section[key]!r}",
             f"set lr_scheduler.{key} to a number >= 0",
-        )  # fmt: skip
+        )
         for key in ("init_lr", "max_lr", "min_lr")
         if section.get(key) is not None and not _rate(section[key])
     ]

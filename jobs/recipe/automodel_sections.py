@@ -126,8 +126,10 @@ FAMILY_MODEL_LOADERS = {
     "AutoModelForImageTextToText": ("VLM fine-tuning", "FinetuneRecipeForVLM"),
     "AutoModelForVision2Seq": ("VLM fine-tuning", "FinetuneRecipeForVLM"),
     "NeMoAutoModelForSequenceClassification": (
-        "sequence classification", "TrainFinetuneRecipeForSequenceClassification"),
-}  # fmt: skip
+        "sequence classification",
+        "TrainFinetuneRecipeForSequenceClassification",
+    ),
+}
 
 
 def _model_family_errors(data: dict[str, Any]) -> list[FieldError]:
@@ -222,17 +224,26 @@ def kernel_option_notes(data: dict[str, Any]) -> list[FieldError]:
             notes.append(FieldError("model.use_liger_kernel", _NO_FLCE))
     attn = model.get("attn_implementation")
     if model.get("use_sdpa_patching") is True and attn not in (None, "sdpa", "eager"):
-        notes.append(FieldError("model.use_sdpa_patching", f"changes nothing: the model "
-                                f"attends with {attn!r}, not SDPA"))  # fmt: skip
+        notes.append(
+            FieldError(
+                "model.use_sdpa_patching",
+                f"changes nothing: the model attends with {attn!r}, not SDPA",
+            )
+        )
     if isinstance(model.get("sdpa_method"), list):
         if "use_sdpa_patching" not in model:
             model["use_sdpa_patching"] = True
-            notes.append(FieldError("model.use_sdpa_patching", "taken as true (AutoModel's "
-                                    "default) because sdpa_method is set"))  # fmt: skip
+            notes.append(
+                FieldError(
+                    "model.use_sdpa_patching",
+                    "taken as true (AutoModel's default) because sdpa_method is set",
+                )
+            )
         elif model["use_sdpa_patching"] is False:
             model.pop("sdpa_method")
-            notes.append(FieldError("model.sdpa_method", "accepted and ignored: "
-                                    "use_sdpa_patching is false"))  # fmt: skip
+            notes.append(
+                FieldError("model.sdpa_method", "accepted and ignored: use_sdpa_patching is false")
+            )
     return notes
 
 

@@ -86,9 +86,11 @@ class _Walk:
     def visit(self, value: Any) -> None:
         self.nodes += 1
         if self.nodes > MAX_NODES:
-            self.report(f"makes the recipe larger than {MAX_NODES} values (an alias or a "
-                        "repeated object counts each time it is used)",
-                        "write the values out, or repeat smaller ones")  # fmt: skip
+            self.report(
+                f"makes the recipe larger than {MAX_NODES} values (an alias or a "
+                "repeated object counts each time it is used)",
+                "write the values out, or repeat smaller ones",
+            )
         elif isinstance(value, dict | list | tuple):
             self.visit_collection(value)
         elif not isinstance(value, _ALWAYS_FINE):
@@ -99,13 +101,17 @@ class _Walk:
     def visit_collection(self, value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> None:
         is_dict = isinstance(value, dict)
         if len(value) > MAX_ITEMS:
-            self.report(f"is a {'mapping' if is_dict else 'list'} of {len(value)} entries; at "
-                        f"most {MAX_ITEMS} are accepted",
-                        "shorten it, or point to a file holding the data")  # fmt: skip
+            self.report(
+                f"is a {'mapping' if is_dict else 'list'} of {len(value)} entries; at "
+                f"most {MAX_ITEMS} are accepted",
+                "shorten it, or point to a file holding the data",
+            )
             return
         if len(self.path) >= MAX_DEPTH and value:
-            self.report(f"nests deeper than {MAX_DEPTH} levels",
-                        "flatten this value; recipes need only a few levels")  # fmt: skip
+            self.report(
+                f"nests deeper than {MAX_DEPTH} levels",
+                "flatten this value; recipes need only a few levels",
+            )
             return
         for key, item in value.items() if is_dict else enumerate(value):
             if self.nodes > MAX_NODES or len(self.errors) >= MAX_ERRORS:
@@ -122,11 +128,11 @@ class _Walk:
         if isinstance(key, Refused):
             self.report(f"has a key that is {key.what}", key.fix)
         elif isinstance(key, str):
-            self.report(f"has a key of {len(key)} characters; at most {MAX_STRING}",
-                        "use a shorter key")  # fmt: skip
+            self.report(
+                f"has a key of {len(key)} characters; at most {MAX_STRING}", "use a shorter key"
+            )
         else:
-            self.report(f"has the key {key!r}, which is not a string",
-                        f"quote the key: '{key}'")  # fmt: skip
+            self.report(f"has the key {key!r}, which is not a string", f"quote the key: '{key}'")
         return False
 
 
@@ -142,17 +148,24 @@ def scalar_problem(value: Any) -> tuple[str, str] | None:
     if isinstance(value, float):
         if math.isfinite(value):
             return None
-        return (f"is {value!r}, not a finite number (NaN, Infinity and overflowing values "
-                "such as 1e400 are refused)", "give a finite number")  # fmt: skip
+        return (
+            f"is {value!r}, not a finite number (NaN, Infinity and overflowing values "
+            "such as 1e400 are refused)",
+            "give a finite number",
+        )
     if isinstance(value, str):
         if len(value) <= MAX_STRING:
             return None
-        return (f"is a string of {len(value)} characters; at most {MAX_STRING} are accepted",
-                "shorten it, or point to a file holding the text")  # fmt: skip
+        return (
+            f"is a string of {len(value)} characters; at most {MAX_STRING} are accepted",
+            "shorten it, or point to a file holding the text",
+        )
     if isinstance(value, Refused):
         return f"is {value.what}", value.fix
-    return (f"is a {type(value).__name__}, which a recipe cannot hold",
-            "give a string, number, boolean, null, list or mapping")  # fmt: skip
+    return (
+        f"is a {type(value).__name__}, which a recipe cannot hold",
+        "give a string, number, boolean, null, list or mapping",
+    )
 
 
 __all__ = [

@@ -23,9 +23,22 @@ from models.common.flops import Weight, flops_breakdown, lora_params, model_weig
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Optimizer state tensors per trainable parameter, by the optimizer target's class name.
-OPTIMIZER_STATES = {"AdamW": 2, "Adam": 2, "NAdam": 2, "RAdam": 2, "Adamax": 2, "Adagrad": 1,
-                    "RMSprop": 1, "Adadelta": 2, "SGD": 0, "ASGD": 1, "Rprop": 2, "LBFGS": 2,
-                    "Adafactor": 1, "SparseAdam": 2}  # fmt: skip
+OPTIMIZER_STATES = {
+    "AdamW": 2,
+    "Adam": 2,
+    "NAdam": 2,
+    "RAdam": 2,
+    "Adamax": 2,
+    "Adagrad": 1,
+    "RMSprop": 1,
+    "Adadelta": 2,
+    "SGD": 0,
+    "ASGD": 1,
+    "Rprop": 2,
+    "LBFGS": 2,
+    "Adafactor": 1,
+    "SparseAdam": 2,
+}
 UNKNOWN_OPTIMIZER_STATES = 2
 # Saved tensor elements per token per decoder layer, fitted on CPU runs: hidden-sized
 # (norm inputs and outputs, residuals), attention-sized (q, k, v before and after RoPE, the
@@ -109,10 +122,16 @@ def _optimizer_states(optimizer: dict[str, Any]) -> int:
 def _widths(weights: list[Weight]) -> tuple[int, int, int]:
     """(attention width, MLP width per token, largest layer's parameters)."""
     layers = max((w.count for w in weights if w.name.endswith("input_layernorm")), default=1)
-    attn = sum(w.shape[0] * w.per_token for w in weights if w.name.startswith("self_attn.")
-               and w.kind == "linear" and not w.name.endswith("o_proj"))  # fmt: skip
-    mlp = sum(w.shape[0] * w.per_token for w in weights if w.name.startswith("mlp.")
-              and w.name.endswith(("up_proj", "gate_up_proj")))  # fmt: skip
+    attn = sum(
+        w.shape[0] * w.per_token
+        for w in weights
+        if w.name.startswith("self_attn.") and w.kind == "linear" and not w.name.endswith("o_proj")
+    )
+    mlp = sum(
+        w.shape[0] * w.per_token
+        for w in weights
+        if w.name.startswith("mlp.") and w.name.endswith(("up_proj", "gate_up_proj"))
+    )
     layer = sum(w.total for w in weights if "." in w.name) // max(layers, 1)
     return attn // max(layers, 1), mlp // max(layers, 1), layer
 
@@ -146,22 +165,46 @@ def estimate_inputs(
     sizes = setup.sizes
     loss = str((recipe.get("loss_fn") or {}).get("_target_") or "")
     return EstimateInputs(
-        params, experts, sum(w.total for w in weights if "." not in w.name), layer, trainable,
-        rank, param_bytes, _compute_bytes(setup, accelerator, param_bytes),
-        _optimizer_states(recipe.get("optimizer") or {}), hidden, attn, mlp, layers, vocab,
-        int(seq_length_of(recipe) or 0), int(step.get("local_batch_size") or 1),
-        setup.activation_checkpointing, "Chunked" in loss or "Fused" in loss, setup.strategy,
-        setup.dp_shard_size, sizes.tp_size, sizes.pp_size, sizes.cp_size, sizes.ep_size,
-        accelerator, setup.world_size, _full_load(recipe, setup),
-    )  # fmt: skip
+        params,
+        experts,
+        sum(w.total for w in weights if "." not in w.name),
+        layer,
+        trainable,
+        rank,
+        param_bytes,
+        _compute_bytes(setup, accelerator, param_bytes),
+        _optimizer_states(recipe.get("optimizer") or {}),
+        hidden,
+        attn,
+        mlp,
+        layers,
+        vocab,
+        int(seq_length_of(recipe) or 0),
+        int(step.get("local_batch_size") or 1),
+        setup.activation_checkpointing,
+        "Chunked" in loss or "Fused" in loss,
+        setup.strategy,
+        setup.dp_shard_size,
+        sizes.tp_size,
+        sizes.pp_size,
+        sizes.cp_size,
+        sizes.ep_size,
+        accelerator,
+        setup.world_size,
+        _full_load(recipe, setup),
+    )
 
 
 def _full_load(recipe: dict[str, Any], setup: DistributedSetup) -> bool:
     """Whether each rank loads the whole checkpoint: the trainer's shard-only load needs
     FSDP2, no PEFT, no pipeline stages and a `from_pretrained` target."""
     target = str((recipe.get("model") or {}).get("_target_") or "")
-    shard_only = (setup.strategy == "fsdp2" and recipe.get("peft") is None
-                  and setup.sizes.pp_size == 1 and target.endswith("from_pretrained"))  # fmt: skip
+    shard_only = (
+        setup.strategy == "fsdp2"
+        and recipe.get("peft") is None
+        and setup.sizes.pp_size == 1
+        and target.endswith("from_pretrained")
+    )
     return not shard_only
 
 
@@ -207,8 +250,13 @@ def memory_per_rank(x: EstimateInputs) -> dict[str, int]:
     trained_total = params + grads + optimizer + activations
     workspace = _workspace(x, trained_total)
     workspace += max(0.0, _load_bytes(x, held) - trained_total)  # loading is the peak
-    parts = {"params": params, "grads": grads, "optimizer": optimizer,
-             "activations": activations, "workspace": workspace}  # fmt: skip
+    parts = {
+        "params": params,
+        "grads": grads,
+        "optimizer": optimizer,
+        "activations": activations,
+        "workspace": workspace,
+    }
     out = {key: int(value) for key, value in parts.items()}
     out["total"] = sum(out.values())
     return out

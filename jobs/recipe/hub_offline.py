@@ -44,9 +44,13 @@ def offline_errors(hub_fields: dict[str, Any], offline: bool) -> list[FieldError
         repo_type = repo_type_of(loc)
         if not isinstance(name, str) or is_cached(name, repo_type):
             continue
-        msg = (f"hub {repo_type} {name} is not in this server's Hugging Face cache "
-               f"({hub_cache_root()}) and the server is offline (HF_HUB_OFFLINE=1)")  # fmt: skip
-        fix = (f"fetch it there with `hf download {name} --repo-type {repo_type}`, "
-               "or give a local path")  # fmt: skip
+        msg = (
+            f"hub {repo_type} {name} is not in this server's Hugging Face cache "
+            f"({hub_cache_root()}) and the server is offline (HF_HUB_OFFLINE=1)"
+        )
+        fix = (
+            f"fetch it there with `hf download {name} --repo-type {repo_type}`, "
+            "or give a local path"
+        )
         errors.append(FieldError(loc, msg, fix))
     return errors

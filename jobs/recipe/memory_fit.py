@@ -49,19 +49,40 @@ class Fix:
 def _candidates(x: EstimateInputs, supports_tp: bool) -> list[Fix]:
     fixes = []
     if not x.activation_checkpointing or x.activation_checkpointing == "selective":
-        fixes.append(Fix("distributed.activation_checkpointing: true",
-                         replace(x, activation_checkpointing=True), 0))  # fmt: skip
+        fixes.append(
+            Fix(
+                "distributed.activation_checkpointing: true",
+                replace(x, activation_checkpointing=True),
+                0,
+            )
+        )
     if x.micro_batch > 1:
         half = x.micro_batch // 2
-        fixes.append(Fix(f"dataloader.batch_size: {half} (grad_accumulation_steps doubles, "
-                         "same global batch)", replace(x, micro_batch=half), 1))  # fmt: skip
+        fixes.append(
+            Fix(
+                f"dataloader.batch_size: {half} (grad_accumulation_steps doubles, "
+                "same global batch)",
+                replace(x, micro_batch=half),
+                1,
+            )
+        )
     if x.strategy == "fsdp2":
         shards = x.dp_shard * 2
-        fixes.append(Fix(f"twice the ranks: distributed.dp_shard_size: {shards}",
-                         replace(x, dp_shard=shards, world_size=x.world_size * 2), 2))  # fmt: skip
+        fixes.append(
+            Fix(
+                f"twice the ranks: distributed.dp_shard_size: {shards}",
+                replace(x, dp_shard=shards, world_size=x.world_size * 2),
+                2,
+            )
+        )
     if supports_tp and x.strategy == "fsdp2":
-        fixes.append(Fix(f"distributed.tp_size: {x.tp * 2} (twice the ranks)",
-                         replace(x, tp=x.tp * 2, world_size=x.world_size * 2), 3))  # fmt: skip
+        fixes.append(
+            Fix(
+                f"distributed.tp_size: {x.tp * 2} (twice the ranks)",
+                replace(x, tp=x.tp * 2, world_size=x.world_size * 2),
+                3,
+            )
+        )
     if x.lora_rank is None:  # every rank then loads the whole model
         lora = replace(x, lora_rank=8, trainable=_lora_trainable(x), full_load=True)
         fixes.append(Fix(f"peft: {ALL_LINEAR_LORA} (trains LoRA adapters only)", lora, 4))
@@ -85,8 +106,7 @@ def ranked_fixes(x: EstimateInputs, usable: int, supports_tp: bool) -> list[dict
             combined = replace(combined, **_diff(x, fix.inputs))
         fixes.append(Fix("all of: " + "; ".join(f.change for f in fixes), combined, 9))
     fixes.sort(key=lambda f: (f.total > usable, f.cost))
-    return [{"change": f.change, "total_bytes": f.total, "fits": f.total <= usable}
-            for f in fixes]  # fmt: skip
+    return [{"change": f.change, "total_bytes": f.total, "fits": f.total <= usable} for f in fixes]
 
 
 def _diff(before: EstimateInputs, after: EstimateInputs) -> dict[str, Any]:
@@ -111,16 +131,24 @@ def fit_check(
     memory = estimate["memory_per_rank_bytes"]
     fits = memory["total"] <= usable
     fixes = [] if fits else ranked_fixes(inputs, usable, supports_tp)
-    estimate["fit"] = {"device_memory_bytes": device_memory, "usable_bytes": usable,
-                       "margin": MEMORY_MARGIN, "fits": fits, "fixes": fixes}  # fmt: skip
+    estimate["fit"] = {
+        "device_memory_bytes": device_memory,
+        "usable_bytes": usable,
+        "margin": MEMORY_MARGIN,
+        "fits": fits,
+        "fixes": fixes,
+    }
     if fits:
         return []
     parts = ", ".join(f"{k} {_gib(v)}" for k, v in memory.items() if k != "total")
-    msg = (f"the job needs an estimated {_gib(memory['total'])} per rank ({parts}); the "
-           f"device has {_gib(device_memory)}, {_gib(usable)} usable after the "
-           f"{MEMORY_MARGIN:.0%} margin")  # fmt: skip
-    ranked = "; ".join(f"{i}) {f['change']} -> {_gib(f['total_bytes'])}"
-                       f"{'' if f['fits'] else ' (still too much)'}"
-                       for i, f in enumerate(fixes, 1))  # fmt: skip
+    msg = (
+        f"the job needs an estimated {_gib(memory['total'])} per rank ({parts}); the "
+        f"device has {_gib(device_memory)}, {_gib(usable)} usable after the "
+        f"{MEMORY_MARGIN:.0%} margin"
+    )
+    ranked = "; ".join(
+        f"{i}) {f['change']} -> {_gib(f['total_bytes'])}{'' if f['fits'] else ' (still too much)'}"
+        for i, f in enumerate(fixes, 1)
+    )
     fix = f"cheapest first: {ranked}" if ranked else "use a device with more memory"
     return [FieldError("distributed", msg, fix)]

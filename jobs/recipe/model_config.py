@@ -260,21 +260,25 @@ def tensor_parallel_config_errors(
     errors = []
     rate = config.get("resid_pdrop")
     if isinstance(rate, int | float) and rate > 0:
-        errors.append(FieldError(
-            "distributed.tp_size",
-            f"tensor parallelism cannot run this model's residual dropout (resid_pdrop {rate})",
-            "set distributed.tp_size: 1, or resid_pdrop: 0.0 in the model section",
-        ))  # fmt: skip
+        errors.append(
+            FieldError(
+                "distributed.tp_size",
+                f"tensor parallelism cannot run this model's residual dropout (resid_pdrop {rate})",
+                "set distributed.tp_size: 1, or resid_pdrop: 0.0 in the model section",
+            )
+        )
     if architecture in HF_CLASS_WITHOUT_TP or architecture in NATIVE_ONLY_TP:
         errors += _fused_hf_class_errors(architecture, model or {})
     reason = hf_fallback_reason(architecture, config)
     if reason:
-        errors.append(FieldError(
-            "distributed.tp_size",
-            f"this {architecture} config loads with the Hugging Face class ({reason}), "
-            "which the family's tensor-parallel plan cannot shard",
-            "set distributed.tp_size: 1",
-        ))  # fmt: skip
+        errors.append(
+            FieldError(
+                "distributed.tp_size",
+                f"this {architecture} config loads with the Hugging Face class ({reason}), "
+                "which the family's tensor-parallel plan cannot shard",
+                "set distributed.tp_size: 1",
+            )
+        )
     return errors
 
 
@@ -315,15 +319,25 @@ def expert_parallel_config_errors(
     attn = model.get("attn_implementation")
     hf_class = "loads the Hugging Face class, whose experts expert parallelism cannot spread"
     refusals = [
-        ("distributed.ep_size", bool(config.get("quantization_config")),
-         "the checkpoint is quantized (quantization_config): no native grouped experts to spread",
-         "use a dequantized (bf16) checkpoint or set distributed.ep_size: 1"),
-        ("model.force_hf", bool(model.get("force_hf")), f"force_hf {hf_class}",
-         "remove force_hf or set distributed.ep_size: 1"),
-        ("model.attn_implementation", attn not in _NATIVE_ATTENTION,
-         f"attn_implementation {attn!r} {hf_class}",
-         "remove attn_implementation or set distributed.ep_size: 1"),
-    ]  # fmt: skip
+        (
+            "distributed.ep_size",
+            bool(config.get("quantization_config")),
+            "the checkpoint is quantized (quantization_config): no native grouped experts to spread",
+            "use a dequantized (bf16) checkpoint or set distributed.ep_size: 1",
+        ),
+        (
+            "model.force_hf",
+            bool(model.get("force_hf")),
+            f"force_hf {hf_class}",
+            "remove force_hf or set distributed.ep_size: 1",
+        ),
+        (
+            "model.attn_implementation",
+            attn not in _NATIVE_ATTENTION,
+            f"attn_implementation {attn!r} {hf_class}",
+            "remove attn_implementation or set distributed.ep_size: 1",
+        ),
+    ]
     return [FieldError(loc, msg, fix) for loc, refused, msg, fix in refusals if refused]
 
 

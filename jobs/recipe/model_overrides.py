@@ -17,18 +17,44 @@ from jobs.recipe.errors import FieldError, did_you_mean
 from jobs.recipe.target_table import TARGETS
 
 # Config attributes that set a weight's shape (or how many weights there are).
-SHAPE_KEYS = frozenset({
-    "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "vocab_size", "num_experts", "num_local_experts",
-    "n_routed_experts", "n_shared_experts", "moe_intermediate_size", "shared_expert_intermediate_size",
-    "first_k_dense_replace", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
-    "qk_nope_head_dim", "v_head_dim",
-})  # fmt: skip
+SHAPE_KEYS = frozenset(
+    {
+        "num_hidden_layers",
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "vocab_size",
+        "num_experts",
+        "num_local_experts",
+        "n_routed_experts",
+        "n_shared_experts",
+        "moe_intermediate_size",
+        "shared_expert_intermediate_size",
+        "first_k_dense_replace",
+        "kv_lora_rank",
+        "q_lora_rank",
+        "qk_rope_head_dim",
+        "qk_nope_head_dim",
+        "v_head_dim",
+    }
+)
 # PretrainedConfig attributes every config has even when config.json leaves them out.
-COMMON_ATTRIBUTES = frozenset({
-    "use_cache", "output_router_logits", "output_attentions", "output_hidden_states",
-    "return_dict", "torch_dtype", "dtype", "pad_token_id", "bos_token_id", "eos_token_id",
-})  # fmt: skip
+COMMON_ATTRIBUTES = frozenset(
+    {
+        "use_cache",
+        "output_router_logits",
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict",
+        "torch_dtype",
+        "dtype",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+    }
+)
 FROM_PRETRAINED = "pretrained_model_name_or_path"
 
 
@@ -65,8 +91,10 @@ def _one(key: str, value: Any, loc: str, config: dict[str, Any], pretrained: boo
         msg = f"must be {_json_kind(current)} like the config's {current!r}"
         return FieldError(loc, msg, f"set {loc} to {_json_kind(current)}")
     if pretrained and key in SHAPE_KEYS and value != current:
-        msg = (f"changes a weight shape of the checkpoint ({key} is {current!r} there, "
-               f"{value!r} here): its tensors would not load")  # fmt: skip
+        msg = (
+            f"changes a weight shape of the checkpoint ({key} is {current!r} there, "
+            f"{value!r} here): its tensors would not load"
+        )
         fix = "remove it, or build a new model with from_config and this override"
         return FieldError(loc, msg, fix)
     return None

@@ -276,9 +276,11 @@ def _bounds(out: dict[str, Any], accelerator: str) -> list[FieldError]:
 
 def _target_section_warnings(out: dict[str, Any]) -> list[FieldError]:
     return [
-        w for name in TARGET_SECTIONS if isinstance(out.get(name), dict)
+        w
+        for name in TARGET_SECTIONS
+        if isinstance(out.get(name), dict)
         for w in target_warnings(out[name], name)
-    ]  # fmt: skip
+    ]
 
 
 def automodel_forms(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldError]]:

@@ -51,16 +51,18 @@ def _check_prefix(value: str, loc: str, roots: list[Path]) -> PathCheck:
 
 def _check_glob(value: str, loc: str, roots: list[Path], prefixes: bool) -> PathCheck:
     if ".." in Path(value).parts:
-        return _invalid(loc, f"{value!r} escapes the allowed roots with '..'",
-                        "give a pattern inside the allowed roots")  # fmt: skip
+        return _invalid(
+            loc,
+            f"{value!r} escapes the allowed roots with '..'",
+            "give a pattern inside the allowed roots",
+        )
     literal = Path(value.split("*")[0].split("?")[0].split("[")[0]).parent
     base = check_data_path(str(literal), loc, roots)
     if base.errors:
         return base
     matches = list(watch(iglob_list, value, MAX_MATCHES + 1))
     if len(matches) > MAX_MATCHES:
-        return _invalid(loc, f"{value!r} names more than {MAX_MATCHES} files",
-                        "narrow the pattern")  # fmt: skip
+        return _invalid(loc, f"{value!r} names more than {MAX_MATCHES} files", "narrow the pattern")
     if prefixes:  # a Megatron pattern matches .bin/.idx files: each prefix needs both
         stems = {m.removesuffix(s) for m in matches for s in MEGATRON_SUFFIXES if m.endswith(s)}
         matches = [f"{m}{s}" for m in sorted(stems) for s in MEGATRON_SUFFIXES]

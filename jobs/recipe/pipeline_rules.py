@@ -82,7 +82,11 @@ def _schedule_errors(config: dict[str, Any], step: dict[str, Any], pp: int) -> l
             f"{schedule} needs the micro-batch count ({count}) to be a multiple of its "
             f"rounds ({rounds} = count // pp_size)"
         )
-        return [FieldError(loc, msg, f"choose pp_microbatch_size so that {local} / it is a multiple of {pp}")]  # fmt: skip
+        return [
+            FieldError(
+                loc, msg, f"choose pp_microbatch_size so that {local} / it is a multiple of {pp}"
+            )
+        ]
     return []
 
 
@@ -91,23 +95,45 @@ def _conflicts(recipe: dict[str, Any], distributed: dict[str, Any]) -> list[tupl
     attn = model.get("attn_implementation")
     hf_class = "loads the Hugging Face class, which the pipeline stage split does not know"
     conflicts = [
-        ("distributed.strategy", distributed.get("strategy") != "fsdp2",
-         f"strategy {distributed.get('strategy')!r} {NOT_WIRED} (stages are sharded with fsdp2)"),
-        ("distributed.sequence_parallel", bool(distributed.get("sequence_parallel")),
-         f"sequence parallelism {NOT_WIRED} (its activations would cross stages as DTensors)"),
-        ("distributed.ep_size", parallel_size(distributed, "ep_size") > 1, f"expert parallelism {NOT_WIRED}"),
+        (
+            "distributed.strategy",
+            distributed.get("strategy") != "fsdp2",
+            f"strategy {distributed.get('strategy')!r} {NOT_WIRED} (stages are sharded with fsdp2)",
+        ),
+        (
+            "distributed.sequence_parallel",
+            bool(distributed.get("sequence_parallel")),
+            f"sequence parallelism {NOT_WIRED} (its activations would cross stages as DTensors)",
+        ),
+        (
+            "distributed.ep_size",
+            parallel_size(distributed, "ep_size") > 1,
+            f"expert parallelism {NOT_WIRED}",
+        ),
         ("peft", recipe.get("peft") is not None, f"LoRA {NOT_WIRED}"),
         ("recipe", recipe.get("recipe") == "llm_kd", f"distillation {NOT_WIRED}"),
-        ("compile.enabled", bool((recipe.get("compile") or {}).get("enabled")),
-         f"torch.compile {NOT_WIRED}"),
-        ("checkpoint.is_async", bool((recipe.get("checkpoint") or {}).get("is_async")),
-         f"asynchronous checkpoint saves {NOT_WIRED}"),
-        ("packed_sequence.enabled", bool((recipe.get("packed_sequence") or {}).get("enabled")),
-         f"packed sequences {NOT_WIRED}"),
+        (
+            "compile.enabled",
+            bool((recipe.get("compile") or {}).get("enabled")),
+            f"torch.compile {NOT_WIRED}",
+        ),
+        (
+            "checkpoint.is_async",
+            bool((recipe.get("checkpoint") or {}).get("is_async")),
+            f"asynchronous checkpoint saves {NOT_WIRED}",
+        ),
+        (
+            "packed_sequence.enabled",
+            bool((recipe.get("packed_sequence") or {}).get("enabled")),
+            f"packed sequences {NOT_WIRED}",
+        ),
         ("model.force_hf", bool(model.get("force_hf")), f"force_hf {hf_class}"),
-        ("model.attn_implementation", attn not in _NATIVE_ATTENTION,
-         f"attn_implementation {attn!r} {hf_class}"),
-    ]  # fmt: skip
+        (
+            "model.attn_implementation",
+            attn not in _NATIVE_ATTENTION,
+            f"attn_implementation {attn!r} {hf_class}",
+        ),
+    ]
     return [(loc, msg) for loc, refused, msg in conflicts if refused]
 
 
@@ -156,18 +182,23 @@ def pipeline_config_errors(
         return []
     errors = []
     if config.get("tie_word_embeddings"):
-        errors.append(FieldError(
-            "distributed.pp_size",
-            "the model ties lm_head to the token embeddings, which live on different "
-            f"pipeline stages; tied embeddings {NOT_WIRED}",
-            "set distributed.pp_size: 1 or use a model with tie_word_embeddings: false",
-        ))  # fmt: skip
+        errors.append(
+            FieldError(
+                "distributed.pp_size",
+                "the model ties lm_head to the token embeddings, which live on different "
+                f"pipeline stages; tied embeddings {NOT_WIRED}",
+                "set distributed.pp_size: 1 or use a model with tie_word_embeddings: false",
+            )
+        )
     layers, pipeline = config.get("num_hidden_layers"), distributed.get("pipeline") or {}
     schedule = pipeline.get("pp_schedule", "1f1b")
     reason = split_error(schedule, pp, layers, pipeline) if isinstance(layers, int) else None
     if reason:
-        errors.append(FieldError(
-            "distributed.pipeline.layers_per_stage", reason,
-            "set layers_per_stage to num_hidden_layers / stages, or remove it",
-        ))  # fmt: skip
+        errors.append(
+            FieldError(
+                "distributed.pipeline.layers_per_stage",
+                reason,
+                "set layers_per_stage to num_hidden_layers / stages, or remove it",
+            )
+        )
     return errors

@@ -85,8 +85,10 @@ def requirement_errors(
     errors, warnings = [], []
     for package, loc in sorted(sources.items()):
         if not live:
-            msg = (f"needs {package}; no worker of queue {queue} is live to confirm it has it "
-                   f"(install it on the workers: {_install(package)})")  # fmt: skip
+            msg = (
+                f"needs {package}; no worker of queue {queue} is live to confirm it has it "
+                f"(install it on the workers: {_install(package)})"
+            )
             warnings.append(FieldError(loc, msg))
         elif not any(package in have for have in live):
             msg = f"needs {package}: no worker of queue {queue} has {package}"
@@ -102,7 +104,7 @@ def local_requirement_warnings(sources: Mapping[str, str]) -> list[FieldError]:
             loc,
             f"needs {package}, which this interpreter cannot import "
             f"(a worker needs it: {_install(package)})",
-        )  # fmt: skip
+        )
         for package, loc in sorted(sources.items())
         if not importable(package)
     ]

@@ -27,8 +27,17 @@ PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
-TARGET_SECTIONS = ("model", "loss_fn", "dataset", "validation_dataset", "optimizer", "lr_scheduler",
-                   "teacher_model", "kd_loss_fn", "tokenizer")  # fmt: skip
+TARGET_SECTIONS = (
+    "model",
+    "loss_fn",
+    "dataset",
+    "validation_dataset",
+    "optimizer",
+    "lr_scheduler",
+    "teacher_model",
+    "kd_loss_fn",
+    "tokenizer",
+)
 REQUIRED_TARGET_SECTIONS = ("model", "dataset", "optimizer")
 RECIPE_NAMES = {
     "llm_finetune": "llm_finetune",
@@ -257,7 +266,7 @@ TOP_LEVEL_KEYS = frozenset(
         "benchmark",
         "wandb",
         "mlflow",
-    }  # fmt: skip
+    }
 )
 
 

@@ -19,11 +19,25 @@ from typing import Any
 from jobs.recipe.target_spec import TargetSpec
 
 GROUP = "tuneyard.targets"
-KINDS = frozenset({"optimizer", "lr_scheduler", "loss", "model", "dataset", "peft", "tokenizer",
-                   "config"})  # fmt: skip
+KINDS = frozenset(
+    {"optimizer", "lr_scheduler", "loss", "model", "dataset", "peft", "tokenizer", "config"}
+)
 # Modules whose callables run code or touch the system: never allowlisted, even by operators.
-UNSAFE_MODULES = ("os", "subprocess", "builtins", "pickle", "shutil", "sys", "importlib",
-                  "socket", "ctypes", "marshal", "runpy", "code", "pty")  # fmt: skip
+UNSAFE_MODULES = (
+    "os",
+    "subprocess",
+    "builtins",
+    "pickle",
+    "shutil",
+    "sys",
+    "importlib",
+    "socket",
+    "ctypes",
+    "marshal",
+    "runpy",
+    "code",
+    "pty",
+)
 log = logging.getLogger("tuneyard.targets")
 
 

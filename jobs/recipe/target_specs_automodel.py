@@ -62,7 +62,7 @@ _OPTIMIZERS = [
             "set_grad_none",
             "store_param_remainders",
             "use_decoupled_grad",
-        ),  # fmt: skip
+        ),
         injected=("params",),
         requires=("transformer_engine",),
     ),
@@ -75,7 +75,7 @@ _OPTIMIZERS = [
         None,
         injected=("params",),
         requires=("flashoptim",),
-    ),  # fmt: skip
+    ),
     *(
         spec(
             f"dion.{name}",
@@ -84,7 +84,7 @@ _OPTIMIZERS = [
             None,
             injected=("params",),
             requires=("dion",),
-        )  # fmt: skip
+        )
         for name in ("Muon", "NorMuon", "Dion", "Dion2")
     ),
 ]

@@ -137,9 +137,18 @@ IGNORED["tuneyard.tokenizers.NeMoAutoTokenizer.from_pretrained"] = {
 
 _TOKENIZER = ("tokenizer",)
 _SPLIT = {"split": "train", "name": "default"}
-_HF_TOKENIZER = ("pretrained_model_name_or_path", "use_fast", "revision", "subfolder",
-                 "model_max_length", "legacy", "padding_side", "truncation_side",
-                 "add_bos_token", "add_eos_token")  # fmt: skip
+_HF_TOKENIZER = (
+    "pretrained_model_name_or_path",
+    "use_fast",
+    "revision",
+    "subfolder",
+    "model_max_length",
+    "legacy",
+    "padding_side",
+    "truncation_side",
+    "add_bos_token",
+    "add_eos_token",
+)
 
 
 def _with_ignored(target: TargetSpec) -> TargetSpec:
@@ -176,7 +185,7 @@ SPECS: list[TargetSpec] = [
                 "start_of_turn_token",
                 "chat_template",
                 "shuffle_seed",
-            ),  # fmt: skip
+            ),
             injected=_TOKENIZER,
             required=("path_or_dataset_id",),
             paths=("path_or_dataset_id",),
@@ -199,7 +208,7 @@ SPECS: list[TargetSpec] = [
                 "start_of_turn_token",
                 "limit_dataset_samples",
                 "use_hf_chat_template",
-            ),  # fmt: skip
+            ),
             injected=_TOKENIZER,
             required=("path_or_dataset_id", "column_mapping"),
             paths=("path_or_dataset_id",),

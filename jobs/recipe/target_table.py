@@ -170,7 +170,7 @@ _OWN_SPECS = [
             "limit_dataset_samples",
             "tokenizer_name_or_path",
             *SquadValues.model_fields,
-        ),  # fmt: skip
+        ),
         injected=_DATASET_TOKENIZER,
         required=("path_or_dataset",),
         values=SquadValues,
@@ -231,7 +231,7 @@ _OWN_SPECS = [
             "init_lr",
             "max_lr",
             "min_lr",
-        ),  # fmt: skip
+        ),
         injected=("optimizer",),
     ),
     _spec("tuneyard.peft.LoraConfig", "jobs.recipe.schema:PeftSection", "peft", None),

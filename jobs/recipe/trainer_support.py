@@ -73,18 +73,38 @@ def _context_parallel_conflicts(
     attn = model.get("attn_implementation")
     no_cp_attention = "which has no context-parallel attention (the native attention is sdpa)"
     conflicts = [
-        ("recipe", recipe.get("recipe") == "llm_kd",
-         "distillation's teacher runs on whole rows; context parallelism shards the student's"),
-        ("model.force_hf", bool(model.get("force_hf")),
-         f"force_hf loads the Hugging Face class, {no_cp_attention}"),
-        ("model.attn_implementation", attn not in (None, "sdpa"),
-         f"attn_implementation {attn!r} loads the Hugging Face class, {no_cp_attention}"),
-        ("compile.enabled", bool((recipe.get("compile") or {}).get("enabled")),
-         f"torch.compile with context parallelism {NOT_YET}"),
-        *[(f"distributed.{key}", parallel_size(distributed, key) > 1, f"{what} with context parallelism {NOT_YET}")
-          for key, what in (("pp_size", "pipeline parallelism"),
-                            ("ep_size", "expert parallelism"))],
-    ]  # fmt: skip
+        (
+            "recipe",
+            recipe.get("recipe") == "llm_kd",
+            "distillation's teacher runs on whole rows; context parallelism shards the student's",
+        ),
+        (
+            "model.force_hf",
+            bool(model.get("force_hf")),
+            f"force_hf loads the Hugging Face class, {no_cp_attention}",
+        ),
+        (
+            "model.attn_implementation",
+            attn not in (None, "sdpa"),
+            f"attn_implementation {attn!r} loads the Hugging Face class, {no_cp_attention}",
+        ),
+        (
+            "compile.enabled",
+            bool((recipe.get("compile") or {}).get("enabled")),
+            f"torch.compile with context parallelism {NOT_YET}",
+        ),
+        *[
+            (
+                f"distributed.{key}",
+                parallel_size(distributed, key) > 1,
+                f"{what} with context parallelism {NOT_YET}",
+            )
+            for key, what in (
+                ("pp_size", "pipeline parallelism"),
+                ("ep_size", "expert parallelism"),
+            )
+        ],
+    ]
     return [(loc, msg) for loc, refused, msg in conflicts if refused]
 
 
@@ -113,8 +133,13 @@ def _expert_parallel_errors(distributed: dict[str, Any]) -> list[FieldError]:
     if ep == 1:
         return []
     if distributed.get("strategy") != "fsdp2":
-        return [FieldError("distributed.ep_size", "expert parallelism needs strategy: fsdp2",
-                           "set distributed.strategy: fsdp2 or ep_size: 1")]  # fmt: skip
+        return [
+            FieldError(
+                "distributed.ep_size",
+                "expert parallelism needs strategy: fsdp2",
+                "set distributed.strategy: fsdp2 or ep_size: 1",
+            )
+        ]
     dp, tp = distributed.get("dp_size"), parallel_size(distributed, "tp_size")
     replicate = parallel_size(distributed, "dp_replicate_size")
     if tp == 1 and replicate == 1 and dp == ep:

@@ -92,8 +92,17 @@ class Topology:
 
     def section(self) -> dict[str, Any]:
         """The flat `distributed:` mapping (setup keys and strategy options together)."""
-        keys = ("strategy", "dp_size", "dp_replicate_size", "tp_size", "pp_size", "cp_size",
-                "ep_size", "sequence_parallel", "activation_checkpointing")  # fmt: skip
+        keys = (
+            "strategy",
+            "dp_size",
+            "dp_replicate_size",
+            "tp_size",
+            "pp_size",
+            "cp_size",
+            "ep_size",
+            "sequence_parallel",
+            "activation_checkpointing",
+        )
         return {**{k: getattr(self, k) for k in keys}, **self.options}
 
 
@@ -279,8 +288,17 @@ def _upgraded(data: Any) -> dict[str, Any]:
     return data
 
 
-SETUP_KEYS = ("strategy", "dp_size", "dp_replicate_size", "tp_size", "pp_size", "cp_size",
-              "ep_size", "sequence_parallel", "activation_checkpointing")  # fmt: skip
+SETUP_KEYS = (
+    "strategy",
+    "dp_size",
+    "dp_replicate_size",
+    "tp_size",
+    "pp_size",
+    "cp_size",
+    "ep_size",
+    "sequence_parallel",
+    "activation_checkpointing",
+)
 
 
 def build_topology(
@@ -370,8 +388,10 @@ def _dataclass_of(hint: Any) -> type | None:
 def _load_plan(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
     """(name, has a default, the dataclass it holds) per field, worked out once per class."""
     hints = _hints(cls)
-    return tuple((f.name, f.default is not dataclasses.MISSING, _dataclass_of(hints[f.name]))
-                 for f in dataclasses.fields(cls))  # fmt: skip
+    return tuple(
+        (f.name, f.default is not dataclasses.MISSING, _dataclass_of(hints[f.name]))
+        for f in dataclasses.fields(cls)
+    )
 
 
 def _load(cls: type, data: dict[str, Any], where: str) -> Any:

@@ -72,8 +72,9 @@ if CParser is not None:
 
 else:  # pragma: no cover
 
-    class _Events(yaml.composer.Composer, yaml.reader.Reader, yaml.scanner.Scanner,
-                  yaml.parser.Parser):  # fmt: skip
+    class _Events(
+        yaml.composer.Composer, yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser
+    ):
         def __init__(self, stream: str) -> None:
             yaml.reader.Reader.__init__(self, stream)
             yaml.scanner.Scanner.__init__(self)
@@ -106,9 +107,11 @@ class RecipeLoader(_Events, yaml.constructor.SafeConstructor, yaml.resolver.Reso
 
     def _alias_size(self, event: yaml.AliasEvent, index: Any) -> int:
         if event.anchor in self.anchors and event.anchor not in self._sizes:
-            raise self._exceeded(self._loc_of(index), f"uses the alias *{event.anchor} inside the "
-                                 "value it names (a cycle)",
-                                 "alias only a value that is complete before the alias")  # fmt: skip
+            raise self._exceeded(
+                self._loc_of(index),
+                f"uses the alias *{event.anchor} inside the value it names (a cycle)",
+                "alias only a value that is complete before the alias",
+            )
         return self._sizes.get(event.anchor, 1)
 
     def _count_value(self, parent: yaml.Node | None, index: Any, size: int) -> None:
@@ -117,13 +120,19 @@ class RecipeLoader(_Events, yaml.constructor.SafeConstructor, yaml.resolver.Reso
         if self._counts:
             self._counts[-1] += 1
             if self._counts[-1] > MAX_ITEMS:
-                raise self._exceeded(self._loc(), f"has more than {MAX_ITEMS} entries",
-                                     "shorten it, or point to a file holding the data")  # fmt: skip
+                raise self._exceeded(
+                    self._loc(),
+                    f"has more than {MAX_ITEMS} entries",
+                    "shorten it, or point to a file holding the data",
+                )
         self._values += size
         if self._values > MAX_NODES:
-            raise self._exceeded(self._loc_of(index), f"makes the recipe larger than {MAX_NODES} values "
-                                 "(an alias counts as the whole value it repeats)",
-                                 "write the values out, or alias smaller ones")  # fmt: skip
+            raise self._exceeded(
+                self._loc_of(index),
+                f"makes the recipe larger than {MAX_NODES} values "
+                "(an alias counts as the whole value it repeats)",
+                "write the values out, or alias smaller ones",
+            )
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
         event = self.peek_event()
@@ -135,8 +144,11 @@ class RecipeLoader(_Events, yaml.constructor.SafeConstructor, yaml.resolver.Reso
         self._path.append(_step(index))
         self._counts.append(0)
         if len(self._path) > MAX_DEPTH + 1:  # the root's step is None and not a level
-            raise self._exceeded(self._loc(-1), f"nests deeper than {MAX_DEPTH} levels",
-                                 "flatten this value; recipes need only a few levels")  # fmt: skip
+            raise self._exceeded(
+                self._loc(-1),
+                f"nests deeper than {MAX_DEPTH} levels",
+                "flatten this value; recipes need only a few levels",
+            )
         node = super().compose_node(parent, index)
         self._path.pop()
         self._counts.pop()
@@ -167,8 +179,10 @@ def _refuse(what: str, fix: str) -> Any:
 
 
 def _refuse_timestamp(_loader: RecipeLoader, node: yaml.Node) -> Refused:
-    return Refused(f"a date or time ({node.value!s} is a YAML timestamp)",
-                   f"quote it as a string: '{node.value!s}'")  # fmt: skip
+    return Refused(
+        f"a date or time ({node.value!s} is a YAML timestamp)",
+        f"quote it as a string: '{node.value!s}'",
+    )
 
 
 def _refuse_tag(_loader: RecipeLoader, node: yaml.Node) -> Refused:
@@ -179,13 +193,18 @@ def _refuse_tag(_loader: RecipeLoader, node: yaml.Node) -> Refused:
 RecipeLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
 RecipeLoader.add_constructor("tag:yaml.org,2002:int", RecipeLoader.construct_yaml_int)
 RecipeLoader.add_constructor("tag:yaml.org,2002:timestamp", _refuse_timestamp)
-RecipeLoader.add_constructor("tag:yaml.org,2002:binary", _refuse(
-    "!!binary data", "give the data as a string, or point to a file holding it"))  # fmt: skip
-RecipeLoader.add_constructor("tag:yaml.org,2002:set", _refuse(
-    "a !!set", "write it as a list: [a, b]"))  # fmt: skip
+RecipeLoader.add_constructor(
+    "tag:yaml.org,2002:binary",
+    _refuse("!!binary data", "give the data as a string, or point to a file holding it"),
+)
+RecipeLoader.add_constructor(
+    "tag:yaml.org,2002:set", _refuse("a !!set", "write it as a list: [a, b]")
+)
 for _ordered in ("omap", "pairs"):
-    RecipeLoader.add_constructor(f"tag:yaml.org,2002:{_ordered}", _refuse(
-        f"an ordered mapping (!!{_ordered})", "write it as a plain mapping"))  # fmt: skip
+    RecipeLoader.add_constructor(
+        f"tag:yaml.org,2002:{_ordered}",
+        _refuse(f"an ordered mapping (!!{_ordered})", "write it as a plain mapping"),
+    )
 RecipeLoader.add_constructor(None, _refuse_tag)
 
 
@@ -195,8 +214,13 @@ def load_yaml(text: str) -> Any:
     try:
         return yaml.load(text, Loader=RecipeLoader)  # noqa: S506 - SafeConstructor only
     except UnicodeEncodeError as exc:  # a lone surrogate: libyaml reads UTF-8 only
-        raise yaml.reader.ReaderError("<unicode string>", exc.start, ord(text[exc.start]),
-                                      "utf-8", "lone surrogates are not text") from exc  # fmt: skip
+        raise yaml.reader.ReaderError(
+            "<unicode string>",
+            exc.start,
+            ord(text[exc.start]),
+            "utf-8",
+            "lone surrogates are not text",
+        ) from exc
 
 
 def parse_scalar(text: str) -> Any:

@@ -90,13 +90,21 @@ def _measured_rate(session: Session, queue: str) -> float | None:
         per_token = _flops_per_token(plan)
         if per_token is None:
             continue
-        tps = session.execute(
-            select(Metric.tps_per_rank)
-            .where(Metric.job_id == job_id, Metric.kind == "train", Metric.step > 1,
-                   Metric.tps_per_rank.is_not(None))
-            .order_by(Metric.step.desc())
-            .limit(STEPS_PER_JOB)
-        ).scalars().all()  # fmt: skip
+        tps = (
+            session.execute(
+                select(Metric.tps_per_rank)
+                .where(
+                    Metric.job_id == job_id,
+                    Metric.kind == "train",
+                    Metric.step > 1,
+                    Metric.tps_per_rank.is_not(None),
+                )
+                .order_by(Metric.step.desc())
+                .limit(STEPS_PER_JOB)
+            )
+            .scalars()
+            .all()
+        )
         if tps:
             rates.append(per_token * statistics.median(tps))
     return statistics.median(rates) if rates else None
@@ -123,8 +131,10 @@ class CapacityCache:
         if hit is not None and now - hit[0] < self.ttl:
             return hit[1]
         fresh_after = utcnow() - timedelta(seconds=self.live_seconds)
-        value = (queue_device_memory(session, queue, fresh_after),
-                 queue_flops_per_rank(session, queue))  # fmt: skip
+        value = (
+            queue_device_memory(session, queue, fresh_after),
+            queue_flops_per_rank(session, queue),
+        )
         if len(self._entries) >= self.MAX_QUEUES:
             self._entries.clear()
         self._entries[queue] = (now, value)

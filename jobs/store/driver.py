@@ -29,8 +29,9 @@ class _Compiled:
         compiled = statement.compile(dialect=dialect)
         self.sql = str(compiled)
         # Values the statement itself carries (`id == 1` binds `id_1`), then the caller's.
-        self.defaults = {key: bind.effective_value for key, bind in compiled.binds.items()
-                         if not bind.required}  # fmt: skip
+        self.defaults = {
+            key: bind.effective_value for key, bind in compiled.binds.items() if not bind.required
+        }
         self.processors: list[tuple[str, Callable[[Any], Any]]] = []
         for key, bind in compiled.binds.items():
             process = bind.type.dialect_impl(dialect).bind_processor(dialect)

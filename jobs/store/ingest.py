@@ -137,8 +137,9 @@ def record_trainer_events(
         if record.get("message"):
             message += f": {record['message']}"
         data = {**record, "file_offset": offset}
-        session.add(JobEvent(job_id=job_id, attempt=attempt, kind=TRAINER_EVENT, message=message,
-                             data=data))  # fmt: skip
+        session.add(
+            JobEvent(job_id=job_id, attempt=attempt, kind=TRAINER_EVENT, message=message, data=data)
+        )
         added += 1
     session.flush()
     return added
@@ -154,10 +155,13 @@ def upsert_checkpoints(
         if record.get("event") != "checkpoint_saved" or step is None or not record.get("path"):
             continue
         rows[step] = {
-            "job_id": job_id, "attempt": attempt, "step": step, "path": str(record["path"]),
+            "job_id": job_id,
+            "attempt": attempt,
+            "step": step,
+            "path": str(record["path"]),
             "size_bytes": _as_int(record.get("size_bytes")),
             "metrics": record.get("metrics") if isinstance(record.get("metrics"), dict) else {},
-        }  # fmt: skip
+        }
     if not rows:
         return 0
     stmt = _insert(session, Checkpoint.__table__)

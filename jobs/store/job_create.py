@@ -83,10 +83,13 @@ def _live_key() -> Any:
     return (
         select(ApiKey.project_id)
         .join(Project, Project.id == ApiKey.project_id)
-        .where(ApiKey.key_hash == bindparam("guard_key_hash"), ApiKey.revoked_at.is_(None),
-               ApiKey.project_id == bindparam("project_id"),
-               Project.allow_remote_code == bindparam("guard_allow_remote_code"))
-    )  # fmt: skip
+        .where(
+            ApiKey.key_hash == bindparam("guard_key_hash"),
+            ApiKey.revoked_at.is_(None),
+            ApiKey.project_id == bindparam("project_id"),
+            Project.allow_remote_code == bindparam("guard_allow_remote_code"),
+        )
+    )
 
 
 def _job_and_event_statement(guarded: bool = False) -> Any:
@@ -120,9 +123,14 @@ _INSERT_GUARDED_JOB_AND_EVENT = DriverStatement(_job_and_event_statement(guarded
 
 
 def create_job(
-    session: Session, project_id: int, new: NewJob, *, looked_up: bool = False,
-    dispatching: bool = False, guard: KeyGuard | None = None,
-) -> tuple[Job, bool]:  # fmt: skip
+    session: Session,
+    project_id: int,
+    new: NewJob,
+    *,
+    looked_up: bool = False,
+    dispatching: bool = False,
+    guard: KeyGuard | None = None,
+) -> tuple[Job, bool]:
     """Insert a queued job and its `submitted` event in one commit; returns (job, created).
 
     A replay returns the old job; IdempotencyConflict when the key was used with another
@@ -138,14 +146,36 @@ def create_job(
         if existing is not None:
             return _replay_or_conflict(existing, new), False
     now = utcnow()
-    values = {**vars(new), "id": new_job_id(), "project_id": project_id,
-              "status": JobStatus.QUEUED.value, "attempt": 0, "created_at": now,
-              "updated_at": now, "dispatched_at": now if dispatching else None,
-              **dict.fromkeys(("lease_owner", "lease_expires_at", "error_code",
-                               "error_message", "run_dir", "started_at", "finished_at"))}  # fmt: skip
-    event = {"attempt": 0, "kind": "submitted", "from_status": None,
-             "to_status": JobStatus.QUEUED.value, "message": "job submitted",
-             "data": {"queue": new.queue}, "created_at": now}  # fmt: skip
+    values = {
+        **vars(new),
+        "id": new_job_id(),
+        "project_id": project_id,
+        "status": JobStatus.QUEUED.value,
+        "attempt": 0,
+        "created_at": now,
+        "updated_at": now,
+        "dispatched_at": now if dispatching else None,
+        **dict.fromkeys(
+            (
+                "lease_owner",
+                "lease_expires_at",
+                "error_code",
+                "error_message",
+                "run_dir",
+                "started_at",
+                "finished_at",
+            )
+        ),
+    }
+    event = {
+        "attempt": 0,
+        "kind": "submitted",
+        "from_status": None,
+        "to_status": JobStatus.QUEUED.value,
+        "message": "job submitted",
+        "data": {"queue": new.queue},
+        "created_at": now,
+    }
     # On an autocommit connection (the API's `read_session`) the one statement is the whole
     # transaction: no session transaction to begin and commit around it.
     bind = session.get_bind()
@@ -184,8 +214,11 @@ def _insert_job(
 ) -> bool:
     """Core inserts on the session's connection (the answer needs no ORM identity, only the
     values written); False when the guard refused."""
-    guarded = {} if guard is None else {"guard_key_hash": guard.key_hash,
-                                        "guard_allow_remote_code": guard.allow_remote_code}  # fmt: skip
+    guarded = (
+        {}
+        if guard is None
+        else {"guard_key_hash": guard.key_hash, "guard_allow_remote_code": guard.allow_remote_code}
+    )
     if conn.dialect.name == "postgresql":
         params = {**values, **guarded, **{f"event_{k}": v for k, v in event.items()}}
         if guard is None:

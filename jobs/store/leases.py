@@ -168,14 +168,21 @@ def record_heartbeat(
     if row is None:
         session.add(
             Worker(
-                name=name, queue=queues[:32], resources=resources, status=status,
-                started_at=now, last_heartbeat=now,
+                name=name,
+                queue=queues[:32],
+                resources=resources,
+                status=status,
+                started_at=now,
+                last_heartbeat=now,
             )
-        )  # fmt: skip
+        )
     else:
         row.queue, row.resources, row.status, row.last_heartbeat = (
-            queues[:32], resources, status, now,
-        )  # fmt: skip
+            queues[:32],
+            resources,
+            status,
+            now,
+        )
     session.flush()
 
 

@@ -90,5 +90,5 @@ def uvicorn_log_config(level: str = "INFO") -> dict[str, Any] | None:
         "loggers": {
             name: {"handlers": [], "level": level, "propagate": True}
             for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
-        },  # fmt: skip
+        },
     }

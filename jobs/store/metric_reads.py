@@ -23,8 +23,12 @@ from jobs.store.engine import is_postgresql
 from jobs.store.tables import ROLLUP_BLOCK, Metric
 
 METRIC_FIELDS = SAMPLE_FIELD_NAMES
-METRIC_COLUMNS = (Metric.id, Metric.kind, Metric.attempt,
-                  *(getattr(Metric, n) for n in METRIC_FIELDS))  # fmt: skip
+METRIC_COLUMNS = (
+    Metric.id,
+    Metric.kind,
+    Metric.attempt,
+    *(getattr(Metric, n) for n in METRIC_FIELDS),
+)
 _COLUMN_LIST = ", ".join(c.key for c in METRIC_COLUMNS)
 # One statement: the buckets' picks from the rollups, then those records by index.
 _FROM_ROLLUPS = text(f"""
@@ -48,8 +52,12 @@ ORDER BY step
 
 
 def metric_dict(m: Metric) -> dict[str, Any]:
-    return {"id": m.id, "kind": m.kind, "attempt": m.attempt,
-            **{name: getattr(m, name) for name in METRIC_FIELDS}}  # fmt: skip
+    return {
+        "id": m.id,
+        "kind": m.kind,
+        "attempt": m.attempt,
+        **{name: getattr(m, name) for name in METRIC_FIELDS},
+    }
 
 
 def _rows(session: Session, stmt: Any, params: dict[str, Any] | None = None) -> list[dict]:

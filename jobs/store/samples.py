@@ -33,8 +33,13 @@ def _step_row(job_id: str, attempt: int, record: dict[str, Any]) -> dict[str, An
     if written_by is not None and 0 <= written_by < attempt:
         attempt = written_by  # an earlier attempt's trainer wrote it (ingested late)
     clean = [r for r in rows[:MAX_ROWS_PER_STEP] if isinstance(r, dict) and "index" in r]
-    return {"job_id": job_id, "attempt": attempt, "step": step,
-            "epoch": _as_int(record.get("epoch")), "rows": {"rows": clean}}  # fmt: skip
+    return {
+        "job_id": job_id,
+        "attempt": attempt,
+        "step": step,
+        "epoch": _as_int(record.get("epoch")),
+        "rows": {"rows": clean},
+    }
 
 
 def _preview_row(job_id: str, record: dict[str, Any]) -> dict[str, Any] | None:
@@ -97,12 +102,14 @@ def step_samples(session: Session, job_id: str, step: int) -> dict[str, Any] | N
     data = []
     for row in rows:
         preview = previews.get(int(row["index"]))
-        data.append({
-            "index": int(row["index"]),
-            "id": row.get("id", preview.row_id if preview else None),
-            "dp_rank": row.get("dp_rank"),
-            "micro_batch": row.get("micro_batch"),
-            "tokens": preview.tokens if preview else None,
-            "preview": preview.preview if preview else None,
-        })  # fmt: skip
+        data.append(
+            {
+                "index": int(row["index"]),
+                "id": row.get("id", preview.row_id if preview else None),
+                "dp_rank": row.get("dp_rank"),
+                "micro_batch": row.get("micro_batch"),
+                "tokens": preview.tokens if preview else None,
+                "preview": preview.preview if preview else None,
+            }
+        )
     return {"step": sample.step, "epoch": sample.epoch, "attempt": sample.attempt, "data": data}

@@ -32,7 +32,7 @@ def upgrade() -> None:
             sa.String(36),
             sa.ForeignKey("jobs.id", ondelete="CASCADE", name="fk_metric_rollups_job_id_jobs"),
             nullable=False,
-        ),  # fmt: skip
+        ),
         sa.Column("kind", sa.String(16), nullable=False),
         sa.Column("block", sa.Integer(), nullable=False),
         sa.Column("min_value", sa.Float(), nullable=True),

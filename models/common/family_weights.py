@@ -17,8 +17,12 @@ WeightKind = Literal["linear", "experts", "embedding", "vector"]
 
 
 # Other spellings of the same sizes in config.json files of non-Llama architectures.
-ALIASES = {"hidden_size": ("n_embd", "d_model"), "num_hidden_layers": ("n_layer", "num_layers"),
-           "num_attention_heads": ("n_head",), "intermediate_size": ("n_inner",)}  # fmt: skip
+ALIASES = {
+    "hidden_size": ("n_embd", "d_model"),
+    "num_hidden_layers": ("n_layer", "num_layers"),
+    "num_attention_heads": ("n_head",),
+    "intermediate_size": ("n_inner",),
+}
 
 
 def cfg(config: Any, name: str, default: Any = None) -> Any:
@@ -87,8 +91,11 @@ def _ends(config: Any, d: Dims, tied_default: bool = False) -> list[Weight]:
     """Embedding, final norm, and the lm_head unless tied (then the embedding serves both)."""
     tied = bool(cfg(config, "tie_word_embeddings", tied_default))
     head = Weight("lm_head", (d.vocab, d.hidden), 0 if tied else 1, 1)
-    return [Weight("embed_tokens", (d.vocab, d.hidden), 1, 0, "embedding"), head,
-            _vector("norm", d.hidden, 1)]  # fmt: skip
+    return [
+        Weight("embed_tokens", (d.vocab, d.hidden), 1, 0, "embedding"),
+        head,
+        _vector("norm", d.hidden, 1),
+    ]
 
 
 def _attention(d: Dims, layers: int, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> list[Weight]:
@@ -100,8 +107,10 @@ def _attention(d: Dims, layers: int, qkv_bias: bool, o_bias: bool, qk_norm: bool
         _linear("self_attn.o_proj", d.hidden, q, layers, o_bias),
     ]
     if qk_norm:
-        out += [_vector("self_attn.q_norm", d.head_dim, layers),
-                _vector("self_attn.k_norm", d.head_dim, layers)]  # fmt: skip
+        out += [
+            _vector("self_attn.q_norm", d.head_dim, layers),
+            _vector("self_attn.k_norm", d.head_dim, layers),
+        ]
     return out
 
 
@@ -117,8 +126,9 @@ def _experts(d: Dims, inter: int, experts: int, top_k: int, layers: int) -> list
     """Routed experts as stacked (experts, out, in) tensors, one router per layer."""
 
     def stacked(name: str, out: int, inp: int) -> Weight:
-        return Weight(f"mlp.experts.{name}", (out, inp), experts * layers, top_k * layers,
-                      "experts")  # fmt: skip
+        return Weight(
+            f"mlp.experts.{name}", (out, inp), experts * layers, top_k * layers, "experts"
+        )
 
     return [
         _linear("mlp.gate", experts, d.hidden, layers),
@@ -129,8 +139,12 @@ def _experts(d: Dims, inter: int, experts: int, top_k: int, layers: int) -> list
 
 
 def _norms(d: Dims, per_layer: int) -> list[Weight]:
-    names = ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-             "post_feedforward_layernorm"][:per_layer]  # fmt: skip
+    names = [
+        "input_layernorm",
+        "post_attention_layernorm",
+        "pre_feedforward_layernorm",
+        "post_feedforward_layernorm",
+    ][:per_layer]
     return [_vector(name, d.hidden, d.layers) for name in names]
 
 
@@ -149,20 +163,32 @@ def dense_weights(config: Any) -> list[Weight]:
 
 def qwen2_weights(config: Any) -> list[Weight]:
     d = Dims(config)
-    return [*_ends(config, d), *_attention(d, d.layers, True, False, False),
-            *_gated_mlp("mlp", d.hidden, d.inter, d.layers), *_norms(d, 2)]  # fmt: skip
+    return [
+        *_ends(config, d),
+        *_attention(d, d.layers, True, False, False),
+        *_gated_mlp("mlp", d.hidden, d.inter, d.layers),
+        *_norms(d, 2),
+    ]
 
 
 def qwen3_weights(config: Any) -> list[Weight]:
     d, bias = Dims(config), bool(cfg(config, "attention_bias", False))
-    return [*_ends(config, d), *_attention(d, d.layers, bias, bias, True),
-            *_gated_mlp("mlp", d.hidden, d.inter, d.layers), *_norms(d, 2)]  # fmt: skip
+    return [
+        *_ends(config, d),
+        *_attention(d, d.layers, bias, bias, True),
+        *_gated_mlp("mlp", d.hidden, d.inter, d.layers),
+        *_norms(d, 2),
+    ]
 
 
 def gemma_weights(config: Any, qk_norm: bool) -> list[Weight]:
     d, bias = Dims(config), bool(cfg(config, "attention_bias", False))
-    return [*_ends(config, d, tied_default=True), *_attention(d, d.layers, bias, bias, qk_norm),
-            *_gated_mlp("mlp", d.hidden, d.inter, d.layers), *_norms(d, 4)]  # fmt: skip
+    return [
+        *_ends(config, d, tied_default=True),
+        *_attention(d, d.layers, bias, bias, qk_norm),
+        *_gated_mlp("mlp", d.hidden, d.inter, d.layers),
+        *_norms(d, 4),
+    ]
 
 
 def qwen3_moe_weights(config: Any) -> list[Weight]:
@@ -171,20 +197,29 @@ def qwen3_moe_weights(config: Any) -> list[Weight]:
     experts = int(cfg(config, "num_experts", cfg(config, "num_local_experts", 0)))
     step = int(cfg(config, "decoder_sparse_step", 1))
     dense_only = set(cfg(config, "mlp_only_layers", []) or [])
-    sparse = sum(1 for i in range(d.layers)
-                 if experts and i not in dense_only and (i + 1) % step == 0)  # fmt: skip
+    sparse = sum(
+        1 for i in range(d.layers) if experts and i not in dense_only and (i + 1) % step == 0
+    )
     top_k = int(cfg(config, "num_experts_per_tok", 1))
     moe_inter = int(cfg(config, "moe_intermediate_size", d.inter))
-    return [*_ends(config, d), *_attention(d, d.layers, bias, bias, True), *_norms(d, 2),
-            *_gated_mlp("mlp", d.hidden, d.inter, d.layers - sparse),
-            *_experts(d, moe_inter, experts, top_k, sparse)]  # fmt: skip
+    return [
+        *_ends(config, d),
+        *_attention(d, d.layers, bias, bias, True),
+        *_norms(d, 2),
+        *_gated_mlp("mlp", d.hidden, d.inter, d.layers - sparse),
+        *_experts(d, moe_inter, experts, top_k, sparse),
+    ]
 
 
 def mixtral_weights(config: Any) -> list[Weight]:
     d = Dims(config)
     experts, top_k = int(cfg(config, "num_local_experts")), int(cfg(config, "num_experts_per_tok"))
-    return [*_ends(config, d), *_attention(d, d.layers, False, False, False), *_norms(d, 2),
-            *_experts(d, d.inter, experts, top_k, d.layers)]  # fmt: skip
+    return [
+        *_ends(config, d),
+        *_attention(d, d.layers, False, False, False),
+        *_norms(d, 2),
+        *_experts(d, d.inter, experts, top_k, d.layers),
+    ]
 
 
 def gpt_oss_weights(config: Any) -> list[Weight]:
@@ -195,14 +230,20 @@ def gpt_oss_weights(config: Any) -> list[Weight]:
     n, per = experts * d.layers, top_k * d.layers
 
     def stacked(name: str, out: int, inp: int) -> list[Weight]:
-        return [Weight(f"mlp.experts.{name}", (out, inp), n, per, "experts"),
-                Weight(f"mlp.experts.{name}_bias", (out, 1), n, 0, "vector")]  # fmt: skip
+        return [
+            Weight(f"mlp.experts.{name}", (out, inp), n, per, "experts"),
+            Weight(f"mlp.experts.{name}_bias", (out, 1), n, 0, "vector"),
+        ]
 
-    return [*_ends(config, d), *_attention(d, d.layers, bias, bias, False), *_norms(d, 2),
-            _vector("self_attn.sinks", d.heads, d.layers),
-            _linear("mlp.router", experts, d.hidden, d.layers, True),
-            *stacked("gate_up_proj", 2 * d.inter, d.hidden),
-            *stacked("down_proj", d.hidden, d.inter)]  # fmt: skip
+    return [
+        *_ends(config, d),
+        *_attention(d, d.layers, bias, bias, False),
+        *_norms(d, 2),
+        _vector("self_attn.sinks", d.heads, d.layers),
+        _linear("mlp.router", experts, d.hidden, d.layers, True),
+        *stacked("gate_up_proj", 2 * d.inter, d.hidden),
+        *stacked("down_proj", d.hidden, d.inter),
+    ]
 
 
 def _latent_attention(config: Any, d: Dims) -> list[Weight]:
@@ -212,16 +253,20 @@ def _latent_attention(config: Any, d: Dims) -> list[Weight]:
     q_rank, bias, n = cfg(config, "q_lora_rank"), bool(cfg(config, "attention_bias")), d.layers
     q_out = d.heads * (nope + rope)
     if q_rank:
-        q = [_linear("self_attn.q_a_proj", int(q_rank), d.hidden, n, bias),
-             _vector("self_attn.q_a_layernorm", int(q_rank), n),
-             _linear("self_attn.q_b_proj", q_out, int(q_rank), n)]  # fmt: skip
+        q = [
+            _linear("self_attn.q_a_proj", int(q_rank), d.hidden, n, bias),
+            _vector("self_attn.q_a_layernorm", int(q_rank), n),
+            _linear("self_attn.q_b_proj", q_out, int(q_rank), n),
+        ]
     else:
         q = [_linear("self_attn.q_proj", q_out, d.hidden, n)]
-    return [*q,
-            _linear("self_attn.kv_a_proj_with_mqa", kv_rank + rope, d.hidden, n, bias),
-            _vector("self_attn.kv_a_layernorm", kv_rank, n),
-            _linear("self_attn.kv_b_proj", d.heads * (nope + v_dim), kv_rank, n),
-            _linear("self_attn.o_proj", d.hidden, d.heads * v_dim, n, bias)]  # fmt: skip
+    return [
+        *q,
+        _linear("self_attn.kv_a_proj_with_mqa", kv_rank + rope, d.hidden, n, bias),
+        _vector("self_attn.kv_a_layernorm", kv_rank, n),
+        _linear("self_attn.kv_b_proj", d.heads * (nope + v_dim), kv_rank, n),
+        _linear("self_attn.o_proj", d.hidden, d.heads * v_dim, n, bias),
+    ]
 
 
 def deepseek_v3_weights(config: Any) -> list[Weight]:
@@ -232,10 +277,14 @@ def deepseek_v3_weights(config: Any) -> list[Weight]:
     sparse, moe_inter = d.layers - dense, int(cfg(config, "moe_intermediate_size"))
     experts, top_k = int(cfg(config, "n_routed_experts")), int(cfg(config, "num_experts_per_tok"))
     shared = int(cfg(config, "n_shared_experts", 0))
-    return [*_ends(config, d), *_latent_attention(config, d), *_norms(d, 2),
-            *_gated_mlp("mlp", d.hidden, d.inter, dense),
-            *_experts(d, moe_inter, experts, top_k, sparse),
-            *_gated_mlp("mlp.shared_experts", d.hidden, moe_inter * shared, sparse)]  # fmt: skip
+    return [
+        *_ends(config, d),
+        *_latent_attention(config, d),
+        *_norms(d, 2),
+        *_gated_mlp("mlp", d.hidden, d.inter, dense),
+        *_experts(d, moe_inter, experts, top_k, sparse),
+        *_gated_mlp("mlp.shared_experts", d.hidden, moe_inter * shared, sparse),
+    ]
 
 
 FAMILY_WEIGHTS: dict[str, Callable[[Any], list[Weight]]] = {

@@ -123,10 +123,13 @@ def _mlp_plan(layer: str, mlp: nn.Module, sequence_parallel: bool) -> dict[str, 
     }
     if sequence_parallel and sparse:
         plan[f"{layer}.mlp"] = PrepareModuleInputOutput(
-            input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
-            use_local_input=True, output_layouts=(Replicate(),),
-            desired_output_layouts=(Shard(1),), use_local_output=False,
-        )  # fmt: skip
+            input_layouts=(Shard(1),),
+            desired_input_layouts=(Replicate(),),
+            use_local_input=True,
+            output_layouts=(Replicate(),),
+            desired_output_layouts=(Shard(1),),
+            use_local_output=False,
+        )
     elif sequence_parallel:
         plan[f"{layer}.mlp"] = PrepareModuleInput(
             input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
@@ -153,8 +156,11 @@ class DeepseekV3ParallelPlan(ExpertParallelMixin, ParallelPlan):
         linears = [m for layer in layers for m in (layer.self_attn, _mlp_of(layer))]
         if any(hasattr(child, "base_layer") for m in linears for child in m.children()):
             return "LoRA-wrapped projections cannot be tensor-parallel sharded; use tp_size: 1"
-        if not all(isinstance(getattr(_mlp_of(layer), p, None), nn.Linear)
-                   for layer in layers for p in _MLP):  # fmt: skip
+        if not all(
+            isinstance(getattr(_mlp_of(layer), p, None), nn.Linear)
+            for layer in layers
+            for p in _MLP
+        ):
             return f"{type(inner).__name__} MLPs are not gate/up/down linears"
         heads = int(inner.config.num_attention_heads)
         if tp_size and heads % tp_size:

@@ -31,7 +31,10 @@ _NATIVE_KEY = re.compile(
     r"^(?P<prefix>.*\.)(?P<block>self_attn|mlp)\.(?P<part>q_proj|k_proj|v_proj|gate_proj|up_proj)"
     r"\.weight$"
 )
-_PARTS = {"self_attn.qkv_proj": ("q_proj", "k_proj", "v_proj"), "mlp.gate_up_proj": ("gate_proj", "up_proj")}  # fmt: skip
+_PARTS = {
+    "self_attn.qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "mlp.gate_up_proj": ("gate_proj", "up_proj"),
+}
 _FUSED_OF = {part: fused for fused, parts in _PARTS.items() for part in parts}
 
 
@@ -45,9 +48,13 @@ def part_rows(config: Any) -> dict[str, dict[str, int]]:
     kv = config.num_key_value_heads * dim
     inter = config.intermediate_size
     return {
-        "self_attn.qkv_proj": {"q_proj": config.num_attention_heads * dim, "k_proj": kv, "v_proj": kv},
+        "self_attn.qkv_proj": {
+            "q_proj": config.num_attention_heads * dim,
+            "k_proj": kv,
+            "v_proj": kv,
+        },
         "mlp.gate_up_proj": {"gate_proj": inter, "up_proj": inter},
-    }  # fmt: skip
+    }
 
 
 def _check_fused_shape(key: str, fused: str, shape: tuple[int, ...], config: Any) -> None:

@@ -194,7 +194,11 @@ class ChatDataset(TokenizedDataset):
 
         cut = seq_length if truncates(truncation) else None
         rows = tokenized(
-            "ChatDataset", source, Selection(split_spec, shuffle_seed), row, tokenizer,
+            "ChatDataset",
+            source,
+            Selection(split_spec, shuffle_seed),
+            row,
+            tokenizer,
             {"seq_length": cut},
-        )  # fmt: skip
+        )
         super().__init__(rows, source.label)

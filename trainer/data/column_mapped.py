@@ -102,8 +102,12 @@ class ColumnMappedTextInstructionDataset(TokenizedDataset):
             prompt = " ".join(texts[f] for f in ("context", "question") if f in texts)
             return prompt_and_answer(tokenizer, prompt, texts["answer"], cut, answer_only_loss_mask)
 
-        arguments = {"mapping": mapping, "answer_only": answer_only_loss_mask, "cut": cut,
-                     "chat": chat}  # fmt: skip
+        arguments = {
+            "mapping": mapping,
+            "answer_only": answer_only_loss_mask,
+            "cut": cut,
+            "chat": chat,
+        }
         selection = Selection(split_spec, limit=limit_dataset_samples)
         rows = tokenized("ColumnMapped", source, selection, row, tokenizer, arguments)
         super().__init__(rows, source.label)

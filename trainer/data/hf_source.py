@@ -38,8 +38,14 @@ from trainer.errors import data_error
 
 # Bump when a row function's output for the same input changes: old cache files are not read.
 CACHE_FORMAT = 1
-FILE_FORMATS = {".json": "json", ".jsonl": "json", ".ndjson": "json", ".csv": "csv",
-                ".parquet": "parquet", ".arrow": "arrow"}  # fmt: skip
+FILE_FORMATS = {
+    ".json": "json",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".arrow": "arrow",
+}
 _SPLIT = re.compile(r"^(?P<base>[A-Za-z0-9_.\-]+)(?:\[(?P<start>[^:\]]*):(?P<stop>[^\]]*)\])?$")
 Sample = dict[str, list[int]]
 RowFunction = Callable[[dict[str, Any], int], Sample | None]
@@ -158,8 +164,11 @@ def _saved_dir(path: Path, split: SplitSpec) -> Source:
         return loaded
 
     states = sorted(path.glob("**/state.json")) + sorted(path.glob("dataset_dict.json"))
-    identity = {"saved": str(path.resolve()), "state": [s.read_text() for s in states],
-                "split": split.base}  # fmt: skip
+    identity = {
+        "saved": str(path.resolve()),
+        "state": [s.read_text() for s in states],
+        "split": split.base,
+    }
     return Source(f"{path}[{split.base}]", identity, read)
 
 
@@ -204,9 +213,11 @@ def _files(files: list[Path], raw_json: bool) -> Source:
         datasets = _datasets()
         try:
             return datasets.load_dataset(
-                fmt, data_files=[str(f) for f in files], split="train",
+                fmt,
+                data_files=[str(f) for f in files],
+                split="train",
                 cache_dir=str(datasets_cache_dir()),
-            )  # fmt: skip
+            )
         except (ValueError, OSError, datasets.exceptions.DatasetsError) as exc:
             cause = exc.__cause__ or exc
             raise data_error(f"dataset: cannot read {label} as {fmt}: {cause}") from None
@@ -274,14 +285,23 @@ def tokenizer_identity(tokenizer: Any) -> str:
         if backend is not None
         else json.dumps(tokenizer.get_vocab(), sort_keys=True)
     )
-    parts = [type(tokenizer).__name__, vocab, str(getattr(tokenizer, "chat_template", None)),
-             json.dumps([tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id])]  # fmt: skip
+    parts = [
+        type(tokenizer).__name__,
+        vocab,
+        str(getattr(tokenizer, "chat_template", None)),
+        json.dumps([tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id]),
+    ]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
 
 def cache_key(kind: str, source: Source, tokenizer: Any, arguments: dict[str, Any]) -> str:
-    payload = {"format": CACHE_FORMAT, "kind": kind, "source": source.identity,
-               "tokenizer": tokenizer_identity(tokenizer), "arguments": arguments}  # fmt: skip
+    payload = {
+        "format": CACHE_FORMAT,
+        "kind": kind,
+        "source": source.identity,
+        "tokenizer": tokenizer_identity(tokenizer),
+        "arguments": arguments,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -308,9 +328,14 @@ def _run_rows(rows: Any, positions: list[int], row_fn: RowFunction, path: Path, 
         return out
 
     return chosen.map(
-        batch, batched=True, with_indices=True, remove_columns=chosen.column_names,
-        cache_file_name=str(path), new_fingerprint=key[:32], load_from_cache_file=False,
-    )  # fmt: skip
+        batch,
+        batched=True,
+        with_indices=True,
+        remove_columns=chosen.column_names,
+        cache_file_name=str(path),
+        new_fingerprint=key[:32],
+        load_from_cache_file=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -325,8 +350,11 @@ class Selection:
         return choose_positions(n, self.split, self.shuffle_seed, self.limit)
 
     def describe(self) -> dict[str, Any]:
-        return {"slice": [self.split.start, self.split.stop], "shuffle_seed": self.shuffle_seed,
-                "limit": self.limit}  # fmt: skip
+        return {
+            "slice": [self.split.start, self.split.stop],
+            "shuffle_seed": self.shuffle_seed,
+            "limit": self.limit,
+        }
 
 
 @contextlib.contextmanager

@@ -152,8 +152,14 @@ class MegatronPretraining(Dataset):
         self.parts = []
         for prefix, want in zip(prefixes, sizes_wanted, strict=True):
             data = IndexedTokens(prefix)
-            key = IndexKey(prefix, self.split_name, _range(data, bounds, prefix, self.split_name),
-                           seq_length, want, seed)  # fmt: skip
+            key = IndexKey(
+                prefix,
+                self.split_name,
+                _range(data, bounds, prefix, self.split_name),
+                seq_length,
+                want,
+                seed,
+            )
             self.parts.append(SampleIndex(data, key, index_mapping_dir))
         sizes = [len(p) for p in self.parts]
         if weights is None:  # weigh by size: every dataset's full split, once

@@ -145,8 +145,9 @@ class NanogptDataset(Dataset):
             dtype, count = read_header(path)
             starts = None
             if align_to_bos:
-                starts = window_starts(_bos_positions(path, dtype, count, bos_token), count,
-                                       self.window)  # fmt: skip
+                starts = window_starts(
+                    _bos_positions(path, dtype, count, bos_token), count, self.window
+                )
             self.dtypes.append((dtype, count))
             self.starts.append(starts)
             counts.append(count // self.window if starts is None else len(starts))

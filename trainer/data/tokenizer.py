@@ -35,8 +35,13 @@ def from_pretrained(
     """A transformers tokenizer from a local directory or the hub cache."""
     from transformers import AutoTokenizer
 
-    given = dict(use_fast=use_fast, revision=revision, subfolder=subfolder,
-                 model_max_length=model_max_length, legacy=legacy)  # fmt: skip
+    given = dict(
+        use_fast=use_fast,
+        revision=revision,
+        subfolder=subfolder,
+        model_max_length=model_max_length,
+        legacy=legacy,
+    )
     kwargs = {key: value for key, value in given.items() if value is not None}
     try:
         tokenizer = AutoTokenizer.from_pretrained(
