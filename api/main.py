@@ -21,7 +21,6 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import sessionmaker
 
-from api.deps import KeptPrincipals
 from api.errors import COMMON_ERRORS, install_error_handlers
 from api.limits import BodyLimitMiddleware
 from api.middleware import RequestIdMiddleware, UnexpectedErrorMiddleware
@@ -76,9 +75,6 @@ def _mount_dashboard(app: FastAPI) -> None:
     dashboard.mount_dashboard(app)
 
 
-GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections while serving
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
@@ -91,20 +87,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Sync routes run in anyio's threadpool; past a few threads per core they only
         # queue on the GIL, each request's latency growing with every thread it shares the
         # GIL with. Waiting in the limiter's FIFO instead keeps the tail near the median.
-        anyio.to_thread.current_default_thread_limiter().total_tokens = max(1, settings.api_threads)
+        # As many database sessions as threads (`api.deps.get_session` says why).
+        threads = max(1, settings.api_threads)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = threads
+        app.state.session_slots = anyio.Semaphore(threads)
         # What start-up built (modules, routes, the broker client) lives as long as the
-        # process: frozen out of the cyclic collector, a full collection walks only what
-        # requests made instead of ~100k long-lived objects (~60 ms holding the GIL). A
-        # request's garbage is freed by reference counting, not by the collector: at
-        # CPython's default of a young collection every 700 allocations, collections cost
-        # ~0.4 ms per submit under load (timed with `gc.callbacks`); every 10,000, ~0.17 ms.
-        thresholds = gc.get_threshold()
-        gc.freeze()  # (no collection first: start-up leaves next to no garbage)
-        gc.set_threshold(GC_YOUNG_THRESHOLD, *thresholds[1:])
+        # process: frozen out of the cyclic collector, so a full collection walks only what
+        # requests made instead of ~100k long-lived objects.
+        gc.freeze()
         try:
             yield
         finally:
-            gc.set_threshold(*thresholds)
             gc.unfreeze()
 
     app = FastAPI(
@@ -118,7 +111,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.broker_at_startup = "not connected yet"
     app.state.session_factory = sessionmaker(bind=get_engine(settings), expire_on_commit=False)
-    app.state.kept_principals = KeptPrincipals()
     app.state.capacity = CapacityCache(
         settings.capacity_cache_seconds, settings.worker_live_seconds
     )

@@ -24,13 +24,11 @@ import base64
 import json
 import logging
 import threading
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from jobs.store.engine import json_text
 from jobs.store.queries import mark_dispatched
 from jobs.store.settings import Settings, get_settings
 
@@ -115,112 +113,13 @@ def enqueue_job(job_id: str, queue: str, settings: Settings | None = None) -> No
     """Send `tuneyard.run_job(job_id)` to `queue`; raises if the broker cannot take it.
 
     The caller commits the job row first; if this raises, the job stays `queued` and the
-    reconciler dispatches it again. On a plain `redis://` broker every send after a
-    queue's first in this process is `_RedisPublisher`'s one LPUSH.
+    reconciler dispatches it again. Celery's producer pool keeps the connection open between
+    sends.
     """
-    url = broker_url_for(settings)
-    publisher = _publishers.get(url)
-    if publisher is None:
-        publisher = _publisher_for(url)
-    if publisher is not False and queue in publisher.declared:
-        publisher.send(str(job_id), queue)
-        return
-    app = _client(url)
+    app = _client(broker_url_for(settings))
     app.send_task(
         RUN_JOB_TASK, args=[str(job_id)], queue=queue, retry=True, retry_policy=_PUBLISH_RETRY
     )
-    if publisher is not False:
-        publisher.declared.add(queue)
-
-
-class _RedisPublisher:
-    """Celery's task message for `tuneyard.run_job`, pushed onto kombu's Redis list directly.
-
-    Celery's `send_task` builds a new redis client (and its ~170-entry callback table) for
-    every message and walks its routing, signature and producer pools: ~0.7 ms of CPU a
-    send against ~0.2 ms for this, in a process whose submits are bound by one core. The
-    message is the one Celery writes, field for field (protocol 2, base64 JSON body,
-    kombu's envelope; `tests/unit/jobs/test_broker.py` compares the two), on the list
-    kombu's Redis transport reads for the queue. A queue's first send in the process goes
-    through Celery, which declares the queue (its binding set) as it always has.
-    Connection errors are retried twice, as `_PUBLISH_RETRY` does for Celery's sends.
-    """
-
-    EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
-
-    def __init__(self, url: str, app: Any) -> None:
-        import redis
-        from celery.utils.nodenames import anon_nodename
-        from redis.backoff import ConstantBackoff
-        from redis.retry import Retry
-
-        self.client = redis.Redis.from_url(
-            url,
-            socket_timeout=5,
-            socket_connect_timeout=2,
-            retry=Retry(ConstantBackoff(0.2), 2),
-            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-        )
-        self.origin, self.app = anon_nodename(), app
-        self.declared: set[str] = set()
-
-    def message(self, job_id: str, queue: str) -> str:
-        task_id = str(uuid.uuid4())
-        body = json_text([[job_id], {}, self.EMBED]).encode()
-        return json_text(
-            {
-                "body": base64.b64encode(body).decode("ascii"),
-                "content-encoding": "utf-8",
-                "content-type": "application/json",
-                "headers": {
-                    "lang": "py",
-                    "task": RUN_JOB_TASK,
-                    "id": task_id,
-                    "shadow": None,
-                    "eta": None,
-                    "expires": None,
-                    "group": None,
-                    "group_index": None,
-                    "retries": 0,
-                    "timelimit": [None, None],
-                    "root_id": task_id,
-                    "parent_id": None,
-                    "argsrepr": repr([job_id]),
-                    "kwargsrepr": "{}",
-                    "origin": self.origin,
-                    "ignore_result": None,
-                    "replaced_task_nesting": 0,
-                    "stamped_headers": None,
-                    "stamps": {},
-                },
-                "properties": {
-                    "correlation_id": task_id,
-                    "reply_to": self.app.thread_oid,
-                    "delivery_mode": 2,
-                    "delivery_info": {"exchange": "", "routing_key": queue},
-                    "priority": 0,
-                    "body_encoding": "base64",
-                    "delivery_tag": str(uuid.uuid4()),
-                },
-            }
-        )
-
-    def send(self, job_id: str, queue: str) -> None:
-        self.client.lpush(queue, self.message(job_id, queue))
-
-
-_publishers: dict[str, Any] = {}  # broker URL -> _RedisPublisher, or False: Celery only
-
-
-def _publisher_for(url: str) -> Any:
-    """The URL's direct publisher: only a plain `redis://` URL without options (TLS,
-    sentinels, sockets and URL options keep to kombu's own handling of them)."""
-    app = _client(url)  # (its own lock: built before this one is taken)
-    with _clients_lock:
-        if url not in _publishers:
-            plain = url.startswith("redis://") and "?" not in url
-            _publishers[url] = _RedisPublisher(url, app) if plain else False
-        return _publishers[url]
 
 
 def dispatch_job(

@@ -7,21 +7,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import orjson
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Response
 
-from api.deps import (
-    BEARER_SECURITY,
-    PresentedKey,
-    Reader,
-    ReleasingRoute,
-    SessionDep,
-    SettingsDep,
-    Submitter,
-    principal_with_role,
-    route_session,
-)
+from api.deps import CapacityDep, Reader, SessionDep, SettingsDep, Submitter
 from api.errors import ApiError, InvalidRequest, not_found
+from api.limits import BoundedJsonRoute
 from api.pages import CURSOR_DOC, numeric_cursor
 from api.schemas import (
     ErrorOut,
@@ -34,13 +24,8 @@ from api.schemas import (
     ValidationErrors,
 )
 from api.sse import MAX_EVENT_ID as MAX_ROW_ID
-from api.submission import (
-    BAD_TEXT,
-    check_request,
-    enqueue,
-    submit,
-    unstorable_text,
-)
+from api.submission import BAD_TEXT, check_request, submit, unstorable_text
+from jobs.broker import dispatch_job
 from jobs.orchestration.states import IllegalTransition, available_controls, request_control
 from jobs.recipe.errors import FieldError
 from jobs.store import metric_reads
@@ -49,7 +34,7 @@ from jobs.store.api_keys import Principal
 from jobs.store.status import JobStatus, is_terminal
 from jobs.store.tables import Job
 
-router = APIRouter(prefix="/v1", tags=["jobs"], route_class=ReleasingRoute)
+router = APIRouter(prefix="/v1", tags=["jobs"], route_class=BoundedJsonRoute)
 
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "Missing or unknown API key."},
@@ -66,55 +51,42 @@ CONFLICT: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _public_fields(job: Job, project: str, latest: dict[str, Any] | None) -> dict[str, Any]:
-    """`JobPublic`'s fields of a job as plain JSON values (its warnings already in
-    `FieldErrorOut`'s shape), for the model and for `job_public_json` alike."""
+def job_public(job: Job, project: str, latest: dict[str, Any] | None = None) -> JobPublic:
+    """The answer for one job (a submit, a read, a control, a list row)."""
     plan = job.plan or {}
     warnings = [
         {"loc": w["loc"], "msg": w["msg"], "fix": w.get("fix", "")}
         for w in plan.get("warnings") or []
     ]
-    return {
-        "id": job.id,
-        "name": job.name,
-        "project": project,
-        "status": JobStatus(job.status).value,
-        "terminal": is_terminal(job.status),
-        "queue": job.queue,
-        "priority": job.priority,
-        "labels": job.labels or {},
-        "attempt": job.attempt,
-        "max_attempts": job.max_attempts,
-        "resources": job.resources or {},
-        "overrides": list((job.spec or {}).get("overrides") or []),
-        "recipe": job.recipe or {},
-        "plan": plan,
-        "warnings": warnings,
-        "max_steps": plan.get("max_steps"),
-        "latest_metrics": latest,
-        "actions": available_controls(job.status),
-        "error_code": job.error_code,
-        "error_message": job.error_message,
-        "run_dir": job.run_dir,
-        "idempotency_key": job.idempotency_key,
-        "created_at": job.created_at,
-        "updated_at": job.updated_at,
-        "dispatched_at": job.dispatched_at,
-        "started_at": job.started_at,
-        "finished_at": job.finished_at,
-    }
-
-
-def job_public(job: Job, project: str, latest: dict[str, Any] | None = None) -> JobPublic:
-    return JobPublic(**_public_fields(job, project, latest))
-
-
-def job_public_json(job: Job, project: str) -> bytes:
-    """`job_public(job, project)` as JSON, written by orjson from the same fields without
-    building and validating the model for the one answer it makes (a test compares the
-    two across jobs). Numbers may be spelled differently (`1e20` for pydantic's `1e+20`),
-    never valued differently."""
-    return orjson.dumps(_public_fields(job, project, None), option=orjson.OPT_UTC_Z)
+    return JobPublic(
+        id=job.id,
+        name=job.name,
+        project=project,
+        status=JobStatus(job.status),
+        terminal=is_terminal(job.status),
+        queue=job.queue,
+        priority=job.priority,
+        labels=job.labels or {},
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        resources=job.resources or {},
+        overrides=list((job.spec or {}).get("overrides") or []),
+        recipe=job.recipe or {},
+        plan=plan,
+        warnings=warnings,
+        max_steps=plan.get("max_steps"),
+        latest_metrics=latest,
+        actions=available_controls(job.status),
+        error_code=job.error_code,
+        error_message=job.error_message,
+        run_dir=job.run_dir,
+        idempotency_key=job.idempotency_key,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        dispatched_at=job.dispatched_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+    )
 
 
 def own_job_id(session: SessionDep, principal: Principal, job_id: str) -> str:
@@ -137,7 +109,6 @@ def find_job(session: SessionDep, principal: Principal, job_id: str) -> Job:
     status_code=201,
     response_model=JobPublic,
     summary="Submit a job",
-    openapi_extra=BEARER_SECURITY,
     responses={
         200: {
             "model": JobPublic,
@@ -150,8 +121,11 @@ def find_job(session: SessionDep, principal: Principal, job_id: str) -> Job:
 )
 def create_job(
     body: JobCreate,
-    request: Request,
-    creds: PresentedKey,
+    response: Response,
+    principal: Submitter,
+    session: SessionDep,
+    settings: SettingsDep,
+    capacity: CapacityDep,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -161,44 +135,36 @@ def create_job(
             description="Retry-safe submission: the same key and body return the same job.",
         ),
     ] = None,
-) -> Response:
+) -> JobPublic:
     """Validate everything, store the job, then queue it. Nothing is stored when invalid.
 
-    A retry with a known Idempotency-Key and the same body answers the stored job first,
+    A retry with a known Idempotency-Key and the same body answers the stored job (200)
     without validating again: a job accepted once stays accepted (its data may have moved).
-    Everything runs in this one threadpool call, the key lookup included (or, for a key
-    this process verified before, the key check inside the insert: `submission.submit`).
     """
-    with route_session(request) as (settings, session, capacity):
-        kept = request.app.state.kept_principals
-        try:
-            job, created, principal = submit(
-                body, settings, session, capacity, creds, kept, idempotency_key
-            )
-        except store.IdempotencyConflict as exc:
-            raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
-        return _job_answer(job, principal.project_name, 201 if created else 200)
-
-
-def _job_answer(job: Job, project: str, status: int) -> Response:
-    # Written here: FastAPI would validate the model it was just built from a second time.
-    return Response(
-        job_public_json(job, project), status_code=status, media_type="application/json"
-    )
+    try:
+        job, created = submit(session, principal, body, settings, capacity, idempotency_key)
+    except store.IdempotencyConflict as exc:
+        raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
+    if not created:
+        response.status_code = 200
+    return job_public(job, principal.project_name)
 
 
 @router.post(
     "/jobs:validate",
     response_model=ValidateOut,
     summary="Validate a job without storing it",
-    openapi_extra=BEARER_SECURITY,
     responses={**INVALID, **AUTH_ERRORS},
 )
-def validate_job(body: JobCreate, request: Request, creds: PresentedKey) -> ValidateOut:
+def validate_job(
+    body: JobCreate,
+    principal: Submitter,
+    session: SessionDep,
+    settings: SettingsDep,
+    capacity: CapacityDep,
+) -> ValidateOut:
     """The same checks as submit; answers the plan, or 422 with every field error."""
-    with route_session(request) as (settings, session, capacity):
-        principal = principal_with_role(settings, session, creds, "submit")
-        checked = check_request(body, settings, principal, session, capacity)
+    checked = check_request(body, settings, principal, session, capacity)
     return ValidateOut(
         valid=True,
         errors=[],
@@ -329,7 +295,7 @@ def resume_job(
 ) -> JobPublic:
     """Queue a paused job again; it continues from its LATEST checkpoint."""
     job = _control("resume", job_id, principal, session)
-    enqueue(session, job, settings)
+    dispatch_job(session, job.id, job.queue, settings)
     return job_public(job, principal.project_name)
 
 

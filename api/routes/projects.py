@@ -12,14 +12,15 @@ import logging
 
 from fastapi import APIRouter
 
-from api.deps import Admin, Reader, ReleasingRoute, SessionDep
+from api.deps import Admin, Reader, SessionDep
 from api.errors import not_found
+from api.limits import BoundedJsonRoute
 from api.routes.jobs import AUTH_ERRORS, INVALID, NOT_FOUND
 from api.schemas import ProjectPublic, ProjectUpdate
 from jobs.store.api_keys import Principal, set_remote_code
 from jobs.store.tables import Project
 
-router = APIRouter(prefix="/v1", tags=["projects"], route_class=ReleasingRoute)
+router = APIRouter(prefix="/v1", tags=["projects"], route_class=BoundedJsonRoute)
 log = logging.getLogger("tuneyard.api")
 
 

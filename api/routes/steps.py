@@ -13,12 +13,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from pydantic import BaseModel
 
-from api.deps import Reader, ReleasingRoute, SessionDep
+from api.deps import Reader, SessionDep
 from api.errors import ApiError
 from api.routes.jobs import AUTH_ERRORS, NOT_FOUND, own_job_id
 from jobs.store.samples import step_samples
 
-router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["telemetry"], route_class=ReleasingRoute)
+router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["telemetry"])
 
 
 class StepRowPublic(BaseModel):

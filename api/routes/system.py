@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.deps import Admin, Credentials, Reader, ReleasingRoute, SessionDep, get_principal
+from api.deps import Admin, Credentials, Reader, SessionDep, get_principal
 from api.errors import ApiError
 from api.prometheus import CONTENT_TYPE, gauge, request_metrics_text
 from api.routes.jobs import AUTH_ERRORS, INVALID
@@ -22,7 +22,7 @@ from jobs.store.api_keys import create_api_key
 from jobs.store.settings import Settings
 from models.registry import registered_architectures
 
-router = APIRouter(tags=["service"], route_class=ReleasingRoute)
+router = APIRouter(tags=["service"])
 log = logging.getLogger("tuneyard.api")
 
 

@@ -12,17 +12,8 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-from starlette.concurrency import run_in_threadpool
 
-from api.deps import (
-    Credentials,
-    Reader,
-    ReleasingRoute,
-    SessionDep,
-    SettingsDep,
-    principal_with_role,
-    read_session,
-)
+from api.deps import Reader, SessionDep
 from api.errors import InvalidRequest
 from api.pages import CURSOR_DOC, json_page, numeric_cursor
 from api.routes.jobs import AUTH_ERRORS, NOT_FOUND, find_job, own_job_id
@@ -39,7 +30,7 @@ from jobs.store import metric_reads
 from jobs.store import queries as store
 from jobs.store.tables import Job, JobLog
 
-router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["telemetry"], route_class=ReleasingRoute)
+router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["telemetry"])
 
 Kind = Literal["train", "val"]
 STREAM_DOC = {200: {"content": {"text/event-stream": {}}, "description": "Server-sent events."}}
@@ -55,11 +46,11 @@ STREAM_DOC = {200: {"content": {"text/event-stream": {}}, "description": "Server
         **AUTH_ERRORS,
     },
 )
-async def get_job_metrics(
+def get_job_metrics(
     job_id: str,
     request: Request,
-    settings: SettingsDep,
-    creds: Credentials,
+    principal: Reader,
+    session: SessionDep,
     kind: Kind = "train",
     after_step: Annotated[
         int | None, Query(ge=-1, le=2**31 - 1, description="Deprecated: the cursor as a number.")
@@ -78,8 +69,7 @@ async def get_job_metrics(
 ) -> Response:
     """Ascending by step (needs a `read` key). Poll with `cursor=<next_cursor>`: a poll with
     nothing new is one index probe and an empty page. Every answer has an ETag;
-    `If-None-Match` with it answers 304 while the page is unchanged. The caller, the job and
-    the page are read in one threadpool call, on one connection."""
+    `If-None-Match` with it answers 304 while the page is unchanged."""
     after_step = numeric_cursor(cursor, after_step)
     if after_step is not None and after_step > 2**31 - 1:
         raise InvalidRequest(
@@ -91,35 +81,30 @@ async def get_job_metrics(
                 )
             ]
         )
-    query = MetricsQuery(job_id, kind, after_step, limit, max_points)
-    factory = request.app.state.session_factory
-    page = await run_in_threadpool(_metrics_page, factory, settings, creds, query)
-    return json_page(request, page)
+    query = MetricsQuery(
+        own_job_id(session, principal, job_id), kind, after_step, limit, max_points
+    )
+    return json_page(request, _metrics_page(session, query))
 
 
 @dataclass(frozen=True)
 class MetricsQuery:
-    job_id: str
+    job_id: str  # the stored id of a job of the caller's project
     kind: str
     after_step: int | None
     limit: int
     max_points: int | None
 
 
-def _metrics_page(
-    factory: sessionmaker[Session], settings: Any, creds: Any, q: MetricsQuery
-) -> dict[str, Any]:
-    with read_session(factory) as session:
-        principal = principal_with_role(settings, session, creds, "read")
-        own_id = own_job_id(session, principal, q.job_id)
-        has_more = False
-        if q.max_points is not None:
-            rows, downsampled = metric_reads.metrics_downsampled(
-                session, own_id, q.kind, q.after_step, q.max_points
-            )
-        else:
-            rows = metric_reads.metrics_page(session, own_id, q.kind, q.after_step, q.limit + 1)
-            downsampled, has_more, rows = False, len(rows) > q.limit, rows[: q.limit]
+def _metrics_page(session: Session, q: MetricsQuery) -> dict[str, Any]:
+    has_more = False
+    if q.max_points is not None:
+        rows, downsampled = metric_reads.metrics_downsampled(
+            session, q.job_id, q.kind, q.after_step, q.max_points
+        )
+    else:
+        rows = metric_reads.metrics_page(session, q.job_id, q.kind, q.after_step, q.limit + 1)
+        downsampled, has_more, rows = False, len(rows) > q.limit, rows[: q.limit]
     next_step = rows[-1]["step"] if rows else q.after_step
     return {
         "data": rows,

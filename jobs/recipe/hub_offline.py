@@ -15,7 +15,6 @@ from typing import Any
 
 from jobs.recipe.errors import FieldError
 from jobs.recipe.model_config import hub_cache_root
-from jobs.recipe.observe import glob_sorted, watch
 
 # Dataset keywords that name a model repository (a tokenizer), not a dataset repository.
 MODEL_KEYS = {"tokenizer_name_or_path", "pretrained_model_name_or_path"}
@@ -34,7 +33,7 @@ def repo_type_of(loc: str) -> str:
 
 def is_cached(name: str, repo_type: str, cache: Path | None = None) -> bool:
     repo = (cache or hub_cache_root()) / f"{repo_type}s--{name.replace('/', '--')}"
-    return bool(watch(glob_sorted, repo / "snapshots", "*/*", 1))
+    return any((repo / "snapshots").glob("*/*"))
 
 
 def offline_errors(hub_fields: dict[str, Any], offline: bool) -> list[FieldError]:

@@ -21,7 +21,6 @@ from typing import Any
 
 from jobs.recipe.errors import FieldError
 from jobs.recipe.native_fallbacks import NATIVE_ONLY_TP, hf_fallback_reason
-from jobs.recipe.observe import glob_sorted, watch
 from jobs.recipe.paths import read_bounded
 from models.common.flops import param_count
 from models.registry import ModelCapabilities, capabilities_for, registered_architectures
@@ -122,7 +121,7 @@ def hub_cache_root() -> Path:
 
 def _main_revision(repo: Path, cache: Path) -> str | None:
     ref = repo / "refs" / "main"
-    if not watch(Path.is_file, ref):
+    if not ref.is_file():
         return None
     data, _ = read_bounded(ref, "refs/main", [cache], REF_FILE_CAP)
     revision = data.decode("utf-8", "replace").strip() if data is not None else ""
@@ -136,10 +135,9 @@ def hub_cache_config(name: str) -> Path | None:
     revision = _main_revision(repo, cache)
     if revision is not None:
         candidate = repo / "snapshots" / revision / "config.json"
-        if watch(Path.is_file, candidate):
+        if candidate.is_file():
             return candidate
-    found = watch(glob_sorted, repo, "snapshots/*/config.json")
-    return Path(found[0]) if found else None
+    return min(repo.glob("snapshots/*/config.json"), default=None)
 
 
 def read_config_file(
@@ -151,8 +149,8 @@ def read_config_file(
     for a hub name): the file is read only if its real path stays inside them, and only up
     to `CONFIG_FILE_CAP` bytes.
     """
-    file = path / "config.json" if watch(Path.is_dir, path) else path
-    if not watch(os.path.lexists, file):
+    file = path / "config.json" if path.is_dir() else path
+    if not os.path.lexists(file):
         return None, [
             FieldError(
                 loc,

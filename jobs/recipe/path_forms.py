@@ -10,11 +10,12 @@ file named. A value naming an existing file or directory is checked as a plain p
 
 from __future__ import annotations
 
+import glob
+import itertools
 import os
 from pathlib import Path
 
 from jobs.recipe.errors import FieldError
-from jobs.recipe.observe import iglob_list, watch
 from jobs.recipe.paths import PathCheck, check_data_path, check_path
 
 PREFIX, GLOB = "megatron_prefix", "glob"
@@ -39,7 +40,7 @@ def _check_prefix(value: str, loc: str, roots: list[Path]) -> PathCheck:
     if inside.errors:
         return inside
     halves = [value + suffix for suffix in MEGATRON_SUFFIXES]
-    missing = [h for h in halves if not watch(os.path.lexists, h)]
+    missing = [h for h in halves if not os.path.lexists(h)]
     if missing:
         msg = f"{value!r} is not a Megatron dataset prefix: {Path(missing[0]).name} does not exist"
         return _invalid(loc, msg, "give the prefix of a .bin/.idx pair (without the suffix)")
@@ -60,7 +61,7 @@ def _check_glob(value: str, loc: str, roots: list[Path], prefixes: bool) -> Path
     base = check_data_path(str(literal), loc, roots)
     if base.errors:
         return base
-    matches = list(watch(iglob_list, value, MAX_MATCHES + 1))
+    matches = list(itertools.islice(glob.iglob(value), MAX_MATCHES + 1))
     if len(matches) > MAX_MATCHES:
         return _invalid(loc, f"{value!r} names more than {MAX_MATCHES} files", "narrow the pattern")
     if prefixes:  # a Megatron pattern matches .bin/.idx files: each prefix needs both
@@ -76,7 +77,7 @@ def _check_glob(value: str, loc: str, roots: list[Path], prefixes: bool) -> Path
 
 def check_file_set(value: object, loc: str, roots: list[Path], form: str) -> PathCheck:
     """A prefix or glob keyword's value: a PathCheck like `check_data_path`'s."""
-    if not isinstance(value, str) or not value or watch(os.path.lexists, value):
+    if not isinstance(value, str) or not value or os.path.lexists(value):
         return check_data_path(value, loc, roots)
     if GLOB_CHARS & set(value):
         return _check_glob(value, loc, roots, prefixes=form == PREFIX)

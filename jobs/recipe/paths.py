@@ -15,14 +15,10 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.recipe.errors import FieldError
-from jobs.recipe.observe import watch
 
 HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 NAME_MAX_CHARS = 200
@@ -46,9 +42,7 @@ def names_hub_repo(value: str, base: Path | None = None) -> bool:
     """A hub id only if it reads as `org/name` and nothing by that name exists under `base`
     (the working directory): an existing relative path is a path, checked against the roots.
     A dangling symlink counts as existing, so it is refused as a path rather than looked up."""
-    return is_hub_name(value) and not watch(
-        os.path.lexists, os.path.join(base or os.getcwd(), value)
-    )
+    return is_hub_name(value) and not os.path.lexists(os.path.join(base or os.getcwd(), value))
 
 
 def _inside(path: str, roots: list[str]) -> bool:
@@ -56,76 +50,9 @@ def _inside(path: str, roots: list[str]) -> bool:
     return any(path == root or root == "/" or path.startswith(root + "/") for root in roots)
 
 
-# Inside `one_view()`: each path string resolved once, then answered from this memo.
-_RESOLVED: ContextVar[dict[str, str] | None] = ContextVar("tuneyard_resolved", default=None)
-
-
-@contextmanager
-def one_view() -> Iterator[None]:
-    """Resolve each path once while one recipe is validated. The same roots and paths are
-    checked by several rules; every `realpath` is a walk of `lstat` calls, and under the
-    API's threads each call that releases the GIL can cost a thread switch. One view also
-    means every rule sees the filesystem as it was at the first look."""
-    token = _RESOLVED.set({})
-    try:
-        yield
-    finally:
-        _RESOLVED.reset(token)
-
-
 def real_path(path: Path | str) -> Path:
     """Resolve symlinks of the longest existing prefix (the rest may not exist yet)."""
-    return Path(real_text(os.fspath(path)))
-
-
-def real_text(text: str) -> str:
-    """`real_path` as text (validation compares paths as strings: no Path objects built)."""
-    memo = _RESOLVED.get()
-    if memo is None:
-        return watch(os.path.realpath, text)
-    # `..` is resolved after the links before it, never lexically
-    absolute = text if os.path.isabs(text) else os.path.join(os.getcwd(), text)
-    whole = "\0" + absolute  # the answer for the whole path (no path holds a NUL)
-    found = memo.get(whole)
-    if found is None:
-        found = memo[whole] = watch(_resolved_in_view, absolute)
-    return found
-
-
-def _resolved_in_view(absolute: str) -> str:
-    """`os.path.realpath` of an absolute path, through the view's memo when one is open
-    (`jobs.recipe.observe.replay` asks again outside any view)."""
-    memo = _RESOLVED.get()
-    return _resolve(absolute, memo, set()) if memo is not None else os.path.realpath(absolute)
-
-
-def _resolve(path: str, memo: dict[str, str], following: set[str]) -> str:
-    """`os.path.realpath` (not strict) of an absolute path, one component at a time, each
-    `<real parent>/<name>` looked at once per view: the roots' and the model directory's
-    prefixes are shared by every path under them."""
-    resolved, names = "/", path.split("/")
-    for index, name in enumerate(names):
-        if name in ("", "."):
-            continue
-        if name == "..":
-            resolved = os.path.dirname(resolved)
-            continue
-        step = os.path.join(resolved, name)
-        if step in memo:
-            resolved = memo[step]
-            continue
-        try:
-            is_link = stat.S_ISLNK(os.lstat(step).st_mode)
-        except OSError:
-            is_link = False  # missing (or unreadable): kept as written, as realpath does
-        if not is_link:
-            memo[step] = resolved = step
-            continue
-        if step in following:  # a symlink loop: realpath leaves the rest unresolved
-            return os.path.join(step, *names[index + 1 :])
-        target = os.path.join(resolved, os.readlink(step))
-        memo[step] = resolved = _resolve(target, memo, following | {step})
-    return resolved
+    return Path(os.path.realpath(path))
 
 
 def _lexical(path: Path | str) -> str:
@@ -168,9 +95,9 @@ def check_path(
             else "is outside the allowed roots"
         )
         return _invalid(loc, f"{value!r} {why}", fix)
-    if not _inside(real_text(lexical), [real_text(r) for r in lexical_roots]):
+    if not _inside(os.path.realpath(lexical), [os.path.realpath(r) for r in lexical_roots]):
         return _invalid(loc, f"{value!r} is a symlink that leads outside the allowed roots", fix)
-    if must_exist and not watch(os.path.exists, lexical):
+    if must_exist and not os.path.exists(lexical):
         hint = " (a hub name has the form org/name)" if allow_hub else ""
         return _invalid(
             loc, f"{value!r} does not exist", f"give an existing file or directory{hint}"
@@ -211,8 +138,9 @@ def name_errors(value: object, loc: str, example: str) -> list[FieldError]:
 
 
 def _read_regular(real: str, shown: Path, cap: int) -> tuple[bytes | None, str]:
-    """At most cap + 1 bytes of `real`, or why not. O_NONBLOCK: a FIFO must not hang us."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    """At most cap + 1 bytes of `real`, or why not. O_NOFOLLOW: a link swapped in after
+    `realpath` is refused, not followed; O_NONBLOCK: a FIFO must not hang us."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW
     try:
         fd = os.open(real, flags)
     except OSError as exc:
@@ -246,39 +174,12 @@ def read_bounded(
     """A file a recipe points at: its real path must stay inside `roots` (a symlink within
     them is fine, e.g. hub-cache snapshots into `blobs/`), and it must be a regular file of
     at most `cap` bytes; no more than cap + 1 bytes are ever read."""
-    real, real_roots = real_text(_lexical(file)), [real_text(_lexical(r)) for r in roots]
+    real = os.path.realpath(_lexical(file))
+    real_roots = [os.path.realpath(_lexical(r)) for r in roots]
     if not _inside(real, real_roots):
         msg = f"{file} is a symlink that leads outside the allowed roots"
         return None, [FieldError(loc, msg, f"keep the file inside {_roots_text(real_roots)}")]
-    data, why = watch(_read_small, real, file, cap)
+    data, why = _read_regular(real, file, cap)
     if data is None:
         return None, [FieldError(loc, why, f"give a regular file of at most {cap} bytes")]
     return data, []
-
-
-# Small files validation read before (config.json, refs/main), by real path, with the
-# identity of the inode and version they were read at.
-_SMALL: dict[str, tuple[tuple[int, ...], bytes]] = {}
-SMALL_FILE_BYTES, SMALL_FILES = 64 << 10, 256
-
-
-def _read_small(real: str, shown: Path, cap: int) -> tuple[bytes | None, str]:
-    """`_read_regular`, answered from `_SMALL` when one `lstat` shows the same regular file
-    (device, inode, size, mtime and ctime in ns): every submit of a model reads its
-    config.json, and one stat is cheaper than open, fstat, two reads and a close."""
-    try:
-        info = os.lstat(real)
-    except OSError:
-        info = None
-    version = (
-        (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns) if info else ()
-    )
-    kept = _SMALL.get(real)
-    if info is not None and stat.S_ISREG(info.st_mode) and kept and kept[0] == version:
-        return (kept[1], "") if len(kept[1]) <= cap else _read_regular(real, shown, cap)
-    data, why = _read_regular(real, shown, cap)
-    if data is not None and version and len(data) <= SMALL_FILE_BYTES:
-        if len(_SMALL) >= SMALL_FILES:
-            _SMALL.clear()
-        _SMALL[real] = (version, data)
-    return data, why

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.recipe.errors import FieldError
-from jobs.recipe.observe import uncacheable
-from jobs.recipe.paths import read_bounded, real_text
+from jobs.recipe.paths import read_bounded
 
 CHECKPOINTS_DIR = "checkpoints"  # <run dir>/checkpoints unless checkpoint.checkpoint_dir moves it
 LATEST_FILE = "LATEST"  # one line: the name of the newest complete step directory
@@ -55,7 +54,6 @@ def run_dir_of(runs_dir: Path, job_id: str) -> Path:
 
 
 def checkpoints_of(runs_dir: Path, job_id: str, scope: JobScope) -> Path:
-    uncacheable()  # the database's answer: not asked again by a replay
     own = scope.checkpoint_dir_of(job_id)
     return Path(own) if own else run_dir_of(runs_dir, job_id) / CHECKPOINTS_DIR
 
@@ -80,7 +78,7 @@ def confinement_errors(
     text = os.fspath(path)
     pairs = (
         (os.path.normpath(text), lexical_runs),
-        (real_text(text), real_text(lexical_runs)),
+        (os.path.realpath(text), os.path.realpath(lexical_runs)),
     )
     fix = f"use the run directory of a job of project {scope.project}, or the checkpoint roots"
     for candidate, runs in pairs:
@@ -89,7 +87,6 @@ def confinement_errors(
             return [FieldError(loc, f"{str(path)!r} is the runs directory of every project", fix)]
         if run is None:
             continue
-        uncacheable()  # the database's answer: not asked again by a replay
         if not scope.owns_job(run):
             msg = f"{str(path)!r} is in the run of a job that is not in project {scope.project}"
             return [FieldError(loc, msg, fix)]
@@ -122,7 +119,6 @@ def resolve_restore_job(
     loc = "restore_from.job"
     if scope is None:
         return None, [FieldError(loc, "names a job, which only the server can resolve", SERVER_FIX)]
-    uncacheable()  # the database's answer: not asked again by a replay
     if not scope.owns_job(job):
         fix = "give the id of a job of this project (tuneyard jobs list, GET /v1/jobs)"
         return None, [FieldError(loc, f"no job {job} in project {scope.project}", fix)]

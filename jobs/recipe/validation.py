@@ -27,7 +27,6 @@ from jobs.recipe.errors import FieldError, RecipeInvalid
 from jobs.recipe.memory_fit import fit_check
 from jobs.recipe.normalize import normalize_recipe
 from jobs.recipe.overrides import apply_overrides, parse_overrides
-from jobs.recipe.paths import one_view
 from jobs.recipe.plan import build_plan
 from jobs.recipe.schema_errors import field_errors
 from jobs.recipe.scope import JobScope
@@ -80,12 +79,10 @@ class ValidationResult:
 
 
 def load_recipe(
-    recipe: dict[str, Any] | str | Path, handed_over: bool = False
+    recipe: dict[str, Any] | str | Path,
 ) -> tuple[dict[str, Any] | None, list[FieldError]]:
     """A recipe dict from a dict, YAML/JSON text, or a file path, within `jobs.recipe.bounds`.
-    A dict `handed_over` (bounds checked, never read again by its giver) is used as it is."""
-    if isinstance(recipe, dict) and handed_over:
-        return recipe, []
+    A dict is copied: normalization edits the copy, never the caller's dict."""
     if isinstance(recipe, dict):  # checked before copying: a deep one would crash deepcopy
         out_of_bounds = check_bounds(recipe)
         return (None, out_of_bounds) if out_of_bounds else (copy.deepcopy(recipe), [])
@@ -194,7 +191,6 @@ def validate_job(
     scope: JobScope | None = None,
     device_memory: int | None = None,
     flops_per_rank: float | None = None,
-    handed_over: bool = False,
 ) -> ValidationResult:
     """Check everything about a job; never raises for bad input.
 
@@ -202,28 +198,24 @@ def validate_job(
     `scope` is the caller's project (the server's): run-dir paths stay in its own runs.
     `device_memory` (bytes per device, the queue's workers' or a declared one) refuses a
     job whose memory estimate cannot fit (`jobs.recipe.memory_fit`); `flops_per_rank` is
-    the queue's learned throughput behind the estimate's time. `handed_over`: a recipe
-    dict the caller has bounded (`check_bounds`) and gives away; it is normalized in place
-    instead of copied (the API's request body).
+    the queue's learned throughput behind the estimate's time. A dict `recipe` is copied,
+    never changed.
     """
     settings = settings or RecipeSettings()
     if allow_remote_code and not settings.allow_remote_code:
         settings = settings.model_copy(update={"allow_remote_code": True})
     res, errors = coerce_resources(resources)
-    data, load_errors = load_recipe(recipe, handed_over)
+    data, load_errors = load_recipe(recipe)
     pairs, override_errors = _overrides(overrides)
     errors += load_errors + override_errors
     if data is None:
         return ValidationResult(False, errors, build_plan(None, None, res, None))
     if is_stored_recipe(data):  # a recipe this service stored: its sections, re-checked
         data = recipe_sections(data)
-    if pairs:  # `data` is this call's own (parsed, copied or handed over)
+    if pairs:  # `data` is this call's own (parsed or copied)
         data, apply_errors = apply_overrides(data, pairs)
         errors += apply_errors
-    with one_view():
-        normalized, setup, info, recipe_errors, warnings = normalize_recipe(
-            data, res, settings, scope
-        )
+    normalized, setup, info, recipe_errors, warnings = normalize_recipe(data, res, settings, scope)
     errors = _mark_overridden(errors + recipe_errors, {k for k, _ in pairs})
     family = [e for e in errors if is_family_refusal(e)]
     errors = family or errors  # another family's recipe: that is the answer, not its details

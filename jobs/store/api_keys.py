@@ -12,12 +12,11 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from jobs.recipe.errors import did_you_mean
-from jobs.store.driver import DriverStatement
 from jobs.store.tables import API_KEY_ROLES, ApiKey, Project, utcnow
 
 KEY_PREFIX = "ty_"
@@ -37,17 +36,6 @@ class Principal:
 
     def can(self, role: str) -> bool:
         return ROLE_RANK[self.role] >= ROLE_RANK[role]
-
-
-@dataclass(frozen=True)
-class KeyGuard:
-    """What a write made on a kept principal re-checks in its own statement: the key is
-    still there and not revoked, in this project, whose remote-code grant is still the one
-    validation used (`jobs.store.job_create.create_job`, `KeyRefused` otherwise)."""
-
-    key_hash: str
-    project_id: int
-    allow_remote_code: bool
 
 
 def hash_key(raw_key: str) -> str:
@@ -94,33 +82,20 @@ def create_api_key(session: Session, project_name: str, role: str) -> tuple[ApiK
     return key, raw
 
 
-# Columns, not entities: every request asks, and the answer needs no ORM identity.
-_KEY_LOOKUP = DriverStatement(
-    select(
-        ApiKey.project_id,
-        ApiKey.role,
-        ApiKey.id,
-        ApiKey.revoked_at,
-        Project.name,
-        Project.allow_remote_code,
-    )
-    .join(Project, Project.id == ApiKey.project_id)
-    .where(ApiKey.key_hash == bindparam("key_hash"))
-)
-
-
 def verify_key(session: Session, raw_key: str) -> Principal | None:
     """The principal for a presented key, or None if unknown or revoked."""
     if not raw_key.startswith(KEY_PREFIX):
         return None
-    # On the session's connection, past the ORM (and on PostgreSQL past Core: `driver`).
-    row = _KEY_LOOKUP.first(session.connection(), {"key_hash": hash_key(raw_key)})
-    if row is None:
+    stmt = (
+        select(ApiKey, Project)
+        .join(Project, Project.id == ApiKey.project_id)
+        .where(ApiKey.key_hash == hash_key(raw_key))
+    )
+    row = session.execute(stmt).first()
+    if row is None or row.ApiKey.revoked_at is not None:
         return None
-    project_id, role, key_id, revoked_at, project_name, allow_remote_code = row
-    if revoked_at is not None:
-        return None
-    return Principal(project_id, project_name, role, key_id, bool(allow_remote_code))
+    key, project = row.ApiKey, row.Project
+    return Principal(project.id, project.name, key.role, key.id, bool(project.allow_remote_code))
 
 
 def revoke_api_key(session: Session, key_id: int) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,6 @@ from typing import Any
 import orjson
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.store.settings import Settings, get_settings
@@ -98,35 +97,10 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         return engine
     kwargs.setdefault("json_serializer", json_text)
     kwargs.setdefault("json_deserializer", json_value)
-    engine = create_engine(url, **kwargs)
-    if not kwargs.get("pool_pre_ping"):
-        _ping_when_idle(engine)
-    return engine
-
-
-PING_AFTER_IDLE_S = 1.0
-
-
-def _ping_when_idle(engine: Engine) -> None:
-    """Pessimistic disconnect handling, as `pool_pre_ping`, but only for a connection that
-    sat in the pool for over `PING_AFTER_IDLE_S`. One checked in a moment ago answered a
-    moment ago, and a ping is a round trip on every request under load; after a database
-    restart every pooled connection has been idle longer than that (a failed one is
-    invalidated by the error itself). A failed ping makes the pool connect afresh."""
-
-    @event.listens_for(engine, "checkin")
-    def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
-        record.info["checked_in"] = time.monotonic()
-
-    @event.listens_for(engine, "checkout")
-    def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
-        since = record.info.get("checked_in")
-        if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
-            return  # new (it just connected), or back from use a moment ago
-        try:
-            engine.dialect.do_ping(dbapi_conn)
-        except Exception as exc:  # any driver error: this connection is gone
-            raise DisconnectionError(f"pooled connection failed its ping: {exc}") from exc
+    # A pooled connection is pinged when checked out: after a database restart the pool
+    # connects afresh instead of answering a request with a dead connection's error.
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_engine(url, **kwargs)
 
 
 POOL_SPARE = 4  # connections beyond the API's threadpool: its background loops, /metrics
@@ -176,6 +150,18 @@ def session_scope(settings: Settings | None = None) -> Iterator[Session]:
         session.close()
 
 
+def copy_rows(
+    session: Session, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> None:
+    """PostgreSQL's `COPY table (columns) FROM STDIN` on the session's connection, inside its
+    transaction: bulk ingestion's fast path. SQLAlchemy has no COPY, so this is the one
+    place tuneyard drives psycopg's connection itself."""
+    cursor = session.connection().connection.driver_connection.cursor()
+    with cursor, cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
 def is_postgresql(session_or_engine: Session | Engine) -> bool:
     bind = (
         session_or_engine.get_bind()
@@ -211,7 +197,6 @@ def downgrade_database(settings: Settings | None = None, revision: str = "base")
 
 def wait_for_database(settings: Settings | None = None, timeout: float = 60.0) -> None:
     """Return once `SELECT 1` succeeds; raise TimeoutError after `timeout` seconds."""
-    import time
 
     from sqlalchemy import text
     from sqlalchemy.pool import NullPool

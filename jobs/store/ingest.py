@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from jobs.recipe.metrics_sample import FLOAT_FIELDS, INT_FIELDS, METRIC_KINDS
-from jobs.store.engine import is_postgresql
+from jobs.store.engine import copy_rows, is_postgresql
 from jobs.store.tables import Checkpoint, JobEvent, JobLog, Metric
 
 TRAINER_EVENT = "trainer"
@@ -98,21 +98,26 @@ def _copy_upsert_metrics(session: Session, rows: list[dict[str, Any]]) -> None:
     """PostgreSQL bulk path: COPY into a session-local staging table, then one upsert."""
     cols = ", ".join(METRIC_COLUMNS)
     updates = ", ".join(f"{c} = excluded.{c}" for c in METRIC_COLUMNS if c not in METRIC_KEY)
-    cursor = session.connection().connection.driver_connection.cursor()
-    with cursor:
-        cursor.execute(
+    session.execute(
+        text(
             "CREATE TEMP TABLE IF NOT EXISTS tuneyard_metrics_stage ON COMMIT DELETE ROWS AS "
             f"SELECT {cols} FROM metrics WITH NO DATA"
         )
-        cursor.execute("TRUNCATE tuneyard_metrics_stage")
-        with cursor.copy(f"COPY tuneyard_metrics_stage ({cols}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row([row[c] for c in METRIC_COLUMNS])
-        cursor.execute(
+    )
+    session.execute(text("TRUNCATE tuneyard_metrics_stage"))
+    copy_rows(
+        session,
+        "tuneyard_metrics_stage",
+        METRIC_COLUMNS,
+        ([row[c] for c in METRIC_COLUMNS] for row in rows),
+    )
+    session.execute(
+        text(
             f"INSERT INTO metrics ({cols}) SELECT {cols} FROM tuneyard_metrics_stage "
             f"ON CONFLICT (job_id, kind, step) DO UPDATE SET {updates} "
             "WHERE metrics.attempt <= excluded.attempt"
         )
+    )
 
 
 def record_trainer_events(

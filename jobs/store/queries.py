@@ -1,6 +1,6 @@
-"""Job queries for the API: list with a cursor, read events, logs and checkpoints, dispatch
-marks and leases' row locks (creation is `jobs.store.job_create`, re-exported here; metric
-reads are `jobs.store.metric_reads`).
+"""Job queries for the API: create a job (with its idempotency key), list with a cursor,
+read events, logs and checkpoints, dispatch marks and leases' row locks (metric reads are
+`jobs.store.metric_reads`).
 
 Every read is scoped to a project: a job of another project is simply not found. Status
 changes go through `jobs.orchestration.states.transition`; nothing here writes `status`.
@@ -9,9 +9,12 @@ changes go through `jobs.orchestration.states.transition`; nothing here writes `
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     Connection,
@@ -24,16 +27,9 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from jobs.store.job_create import (  # noqa: F401  (re-exported: the callers' one module)
-    IdempotencyConflict,
-    KeyRefused,
-    NewJob,
-    create_job,
-    find_by_idempotency_key,
-    request_hash,
-)
 from jobs.store.status import JobStatus
 from jobs.store.tables import (
     Checkpoint,
@@ -41,24 +37,110 @@ from jobs.store.tables import (
     JobEvent,
     JobLog,
     Worker,
+    new_job_id,
     utcnow,
 )
 
 
+class IdempotencyConflict(Exception):
+    """The idempotency key was used before with a different request body."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        super().__init__(f"Idempotency-Key already used for job {job.id} with another body")
+
+
+@dataclass
+class NewJob:
+    """Everything the API resolved before storing a job."""
+
+    name: str
+    spec: dict[str, Any]
+    recipe: dict[str, Any]
+    plan: dict[str, Any]
+    resources: dict[str, Any]
+    queue: str
+    priority: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    max_attempts: int = 3
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+
+
+def request_hash(body: dict[str, Any]) -> str:
+    """A stable hash of a request body (key order does not matter)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def find_by_idempotency_key(session: Session, project_id: int, key: str) -> Job | None:
+    stmt = select(Job).where(Job.project_id == project_id, Job.idempotency_key == key)
+    return session.scalar(stmt)
+
+
+def replay_or_conflict(existing: Job, body_hash: str | None) -> Job:
+    """The job an idempotency key created, for a retry of the same body (by `request_hash`);
+    IdempotencyConflict for another body."""
+    if existing.request_hash != body_hash:
+        raise IdempotencyConflict(existing)
+    return existing
+
+
+def create_job(session: Session, project_id: int, new: NewJob) -> tuple[Job, bool]:
+    """Add a queued job and its `submitted` event to the session's transaction, flushed;
+    returns (job, created). The caller commits.
+
+    With an idempotency key already used, nothing is added: the stored job is returned for
+    the same body, IdempotencyConflict is raised for another. The unique (project_id,
+    idempotency_key) constraint settles concurrent twins however they interleave: the loser's
+    insert fails, its transaction is rolled back, and it answers the winner's job.
+    """
+    if new.idempotency_key:
+        existing = find_by_idempotency_key(session, project_id, new.idempotency_key)
+        if existing is not None:
+            return replay_or_conflict(existing, new.request_hash), False
+    now = utcnow()
+    job = Job(
+        **vars(new),
+        id=new_job_id(),
+        project_id=project_id,
+        status=JobStatus.QUEUED.value,
+        attempt=0,
+        created_at=now,
+        updated_at=now,
+        dispatched_at=None,  # set by `mark_dispatched` once the broker has the id
+    )
+    event = JobEvent(
+        job_id=job.id,
+        attempt=0,
+        kind="submitted",
+        to_status=JobStatus.QUEUED.value,
+        message="job submitted",
+        data={"queue": new.queue},
+        created_at=now,
+    )
+    session.add_all([job, event])
+    try:
+        session.flush()
+    except IntegrityError:
+        session.rollback()  # the twin's row is committed now: read it in a new transaction
+        existing = find_by_idempotency_key(session, project_id, new.idempotency_key or "")
+        if existing is None:
+            raise
+        return replay_or_conflict(existing, new.request_hash), False
+    return job, True
+
+
 def mark_dispatched(session: Session, job_id: str) -> None:
-    """Record that the job id was (re)sent to the broker (only while it is still queued)."""
+    """Record that the job id was (re)sent to the broker, only while it is still queued (a
+    worker may have claimed it already). A loaded `Job` of this session is updated too (the
+    rows matched are fetched, so one the database did not change is left alone)."""
     stmt = (
         update(Job)
-        .where(Job.id == job_id, Job.status == JobStatus.QUEUED)
+        .where(Job.id == job_id, Job.status == JobStatus.QUEUED.value)
         .values(dispatched_at=utcnow())
     )
-    session.execute(stmt.execution_options(synchronize_session=False))
-
-
-def clear_dispatched(session: Session, job_id: str) -> None:
-    """Undo the dispatch mark of a job whose send failed (the reconciler sends it later)."""
-    stmt = update(Job).where(Job.id == job_id).values(dispatched_at=None)
-    session.execute(stmt.execution_options(synchronize_session=False))
+    session.execute(stmt.execution_options(synchronize_session="fetch"))
 
 
 def is_job_id(value: str) -> bool:

@@ -17,6 +17,11 @@ violation, so a new dependency between rooms is a decision made here, not an acc
 - `cli` imports the contract and the status list at start-up, everything else lazily, so
   `tuneyard validate` stays fast.
 Imports under `if TYPE_CHECKING:` are not runtime imports and are skipped.
+
+Two rules keep the libraries doing their own jobs: no production module but
+`jobs/store/engine.py` imports a database driver or reaches for the driver's connection
+(SQL goes through SQLAlchemy), and none writes a broker message itself (Celery's message
+fields, a push onto a Redis list): messages are sent through Celery's API.
 """
 
 from __future__ import annotations
@@ -271,6 +276,82 @@ def test_every_package_has_a_rule():
             assert any(path == c or c in path.parents for c in covered), path
     at_root = sorted(p.name for p in (REPO / "jobs").glob("*.py"))
     assert at_root == ["__init__.py", "broker.py"]
+
+
+PRODUCTION = ("jobs", "api", "worker", "trainer", "models", "cli", "migrations")
+# The database driver is SQLAlchemy's to drive: statements go through sessions and Core.
+DRIVER_MODULES = {"psycopg", "psycopg2", "psycopg_pool", "asyncpg", "sqlite3"}
+DRIVER_HOME = "jobs/store/engine.py"
+DRIVER_HANDLES = {"driver_connection", "dbapi_connection"}  # the driver's own connection
+# Fields of Celery's task message and kombu's Redis envelope: only Celery writes them.
+CELERY_MESSAGE_FIELDS = {
+    "argsrepr", "kwargsrepr", "body_encoding", "delivery_tag", "delivery_info",
+    "correlation_id", "reply_to", "replaced_task_nesting", "content-encoding",
+}  # fmt: skip
+QUEUE_WRITES = {"lpush", "rpush", "lpushx", "rpushx", "xadd"}
+
+
+def production_files() -> list[Path]:
+    return [path for package in PRODUCTION for path in files_of(package)]
+
+
+def driver_imports(paths: list[Path]) -> list[str]:
+    """Imports of a database driver, and uses of the driver's own connection, outside the
+    engine module."""
+    found = []
+    for path in paths:
+        if path == REPO / DRIVER_HOME:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        found += [str(imp) for imp in _walk(tree, path, False) if imp.top in DRIVER_MODULES]
+        found += [
+            f"{path.relative_to(REPO)}:{node.lineno} uses .{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr in DRIVER_HANDLES
+        ]
+    return found
+
+
+def hand_made_messages(paths: list[Path]) -> list[str]:
+    """Places that write a broker message themselves: a Celery message field as a literal,
+    or a push onto a Redis list (kombu's queues)."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and node.value in CELERY_MESSAGE_FIELDS:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} writes {node.value!r}")
+            if isinstance(node, ast.Attribute) and node.attr in QUEUE_WRITES:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} calls .{node.attr}")
+    return found
+
+
+def test_the_database_driver_is_imported_by_the_engine_only():
+    bad = driver_imports(production_files())
+    assert not bad, "use SQLAlchemy sessions and Core, not the driver:\n" + "\n".join(bad)
+
+
+def test_broker_messages_are_built_by_celery_only():
+    bad = hand_made_messages(production_files())
+    assert not bad, "send through Celery's API (`jobs.broker.enqueue_job`):\n" + "\n".join(bad)
+
+
+def test_the_driver_and_message_rules_catch_what_they_forbid(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    (tmp_path / "jobs" / "store").mkdir(parents=True)
+    raw = tmp_path / "jobs" / "store" / "raw.py"
+    raw.write_text("def f(conn):\n    import psycopg\n    conn.connection.driver_connection\n")
+    engine = tmp_path / "jobs" / "store" / "engine.py"
+    engine.write_text("import psycopg\n")
+    publisher = tmp_path / "jobs" / "broker.py"
+    publisher.write_text(
+        "def send(client, job):\n    client.lpush('cpu', {'headers': {'argsrepr': repr([job])}})\n"
+    )
+    assert driver_imports([raw, engine]) == [
+        "jobs/store/raw.py:2 imports psycopg (in a function)",
+        "jobs/store/raw.py:3 uses .driver_connection",
+    ]
+    assert len(hand_made_messages([publisher])) == 2
+    assert hand_made_messages([engine]) == []
 
 
 def test_the_walker_sees_lazy_relative_and_type_checking_imports(tmp_path, monkeypatch):

@@ -121,17 +121,3 @@ def test_a_500_keeps_the_connection_open(pg_stack) -> None:
         thread.join(10)
 
 
-@pytest.mark.parametrize("value", [
-    {"recipe": {"a": "plain", "b": ["x", {"c": "ünï ✓"}], "n": 1}},
-    {"recipe": {"a": "x\x00y"}}, {"recipe": {"k\x00": 1}}, {"name": "\ud800"},
-    {"recipe": {"a": ["ok", {"b": "\udfff"}]}, "labels": {"x": "\x00"}},
-    {"recipe": {"a": "\\u0000 is only text"}}, {"recipe": {"a": "\\\x00"}},
-    {"recipe": {"a": 2**70}}, {"recipe": {1: "\x00"}}, "\x00", [], None,
-])  # fmt: skip
-def test_the_storable_fast_path_reports_what_the_walk_reports(value, monkeypatch) -> None:
-    """orjson's one pass answers "nothing to report" only when the walk would too."""
-    from api import submission
-
-    fast = submission.unstorable_text(value)
-    monkeypatch.setattr(submission, "_plainly_storable", lambda _value: False)
-    assert fast == submission.unstorable_text(value)

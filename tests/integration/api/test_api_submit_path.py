@@ -1,8 +1,10 @@
-"""The submit path: one write transaction (job, event and dispatch mark together), the id
-enqueued after the commit, and a broker client that concurrent first submits cannot break."""
+"""The submit path: the key looked up on every request, the job and its event committed in
+one transaction, the id enqueued after the commit, and a broker client that concurrent
+first submits cannot break."""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 import textwrap
@@ -10,52 +12,74 @@ import uuid
 from pathlib import Path
 
 import redis
-from sqlalchemy import event
+from sqlalchemy import event, select
 
 from jobs.store.engine import get_engine
+from jobs.store.tables import Job, JobEvent, Project
 
 REPO = Path(__file__).resolve().parents[3]
 OWN_BROKER = "redis://127.0.0.1:6379/7"
 
 
-def test_submit_is_one_write_transaction_then_the_enqueue(client, stack, body, redis_db1):
-    """With a key the process verified before, on PostgreSQL one round trip in autocommit:
-    the statement that checks the key and writes the job and its event (atomic on its own:
-    no BEGIN, no COMMIT); on SQLite the key check and the two inserts in one transaction."""
-    statements: list[str] = []
-    autocommit: list[bool] = []
+def test_submit_commits_the_job_and_its_event_then_enqueues(client, stack, body, monkeypatch):
+    """The key is looked up, the job and its `submitted` event are inserted and committed
+    together, and only then is the id sent to the broker (and the dispatch recorded)."""
+    from jobs import broker
+
     engine = get_engine(stack.settings)
+    order: list[str] = []
 
     def record(conn, cursor, statement, *args) -> None:
-        statements.append(" ".join(statement.split()[:3]))
-        autocommit.append(bool(getattr(conn.connection.dbapi_connection, "autocommit", False)))
+        words = statement.split()
+        if words[0] in {"INSERT", "UPDATE"}:
+            order.append(" ".join(words[:3]))
 
-    # The first submit fills the queue's capacity cache (two reads kept a few seconds) and
-    # keeps the key's principal.
-    assert client.post("/v1/jobs", json=body, headers=stack.headers()).status_code == 201
+    def committed(conn) -> None:
+        order.append("COMMIT")
+
+    sent = broker.enqueue_job
+    monkeypatch.setattr(
+        broker, "enqueue_job", lambda *a, **k: order.append("enqueue") or sent(*a, **k)
+    )
     event.listen(engine, "before_cursor_execute", record)
+    event.listen(engine, "commit", committed)
     try:
         answer = client.post("/v1/jobs", json=body, headers=stack.headers())
     finally:
         event.remove(engine, "before_cursor_execute", record)
+        event.remove(engine, "commit", committed)
     assert answer.status_code == 201, answer.text
     job = answer.json()
     assert job["dispatched_at"] is not None
-    if engine.dialect.name == "postgresql":
-        assert statements == ["WITH live_key AS"]
-        assert autocommit == [True]
-    else:
-        writes = [s for s in statements if s.split()[0] in {"INSERT", "UPDATE", "DELETE"}]
-        assert writes == ["INSERT INTO jobs", "INSERT INTO job_events"], statements
-    with engine.connect() as conn:
-        events = conn.exec_driver_sql(
-            "SELECT kind, to_status, message FROM job_events WHERE job_id = ?"
-            if engine.dialect.name == "sqlite" else
-            "SELECT kind, to_status, message FROM job_events WHERE job_id = %s", (job["id"],)
-        ).all()  # fmt: skip
-    assert [tuple(e) for e in events] == [("submitted", "queued", "job submitted")]
-    queued = [m for m in redis_db1.lrange("cpu", 0, -1) if job["id"].encode() in m]
-    assert len(queued) == 1
+    start = order.index("INSERT INTO jobs")
+    assert order[start:] == [
+        "INSERT INTO jobs",
+        "INSERT INTO job_events",
+        "COMMIT",
+        "enqueue",
+        "UPDATE jobs SET",
+        "COMMIT",
+    ], order
+    with stack.session() as session:
+        events = session.scalars(select(JobEvent).where(JobEvent.job_id == job["id"])).all()
+    assert [(e.kind, e.to_status) for e in events] == [("submitted", "queued")]
+
+
+def test_a_refused_send_answers_201_and_leaves_the_job_queued_for_the_reconciler(
+    client, stack, body, monkeypatch
+):
+    from jobs import broker
+
+    def refuse(*args, **kwargs):
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(broker, "enqueue_job", refuse)
+    answer = client.post("/v1/jobs", json=body, headers=stack.headers())
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["status"] == "queued" and answer.json()["dispatched_at"] is None
+    with stack.session() as session:
+        stored = session.get(Job, answer.json()["id"])
+        assert stored.status == "queued" and stored.dispatched_at is None
 
 
 def test_concurrent_first_enqueues_all_reach_the_broker():
@@ -93,15 +117,12 @@ def test_concurrent_first_enqueues_all_reach_the_broker():
 
 
 def test_a_resubmitted_recipe_is_checked_against_the_files_again(client, stack, body):
-    """The second submit of a recipe is answered from the validation memo; once its
-    dataset is gone the same body is refused, and nothing is stored."""
+    """Every submit validates against the files as they are now: once its dataset is gone
+    the same body is refused, and nothing is stored."""
     import copy
     import shutil
     import uuid
 
-    from api import validation_memo
-
-    validation_memo.forget()
     shared = Path(body["recipe"]["dataset"]["path_or_dataset"])
     own = shared.parent / f"squad-{uuid.uuid4().hex[:8]}"  # inside the data root
     shutil.copytree(shared, own)
@@ -118,21 +139,6 @@ def test_a_resubmitted_recipe_is_checked_against_the_files_again(client, stack, 
     assert refused.status_code == 422, refused.text
     assert "dataset.path_or_dataset" in [e["loc"] for e in refused.json()["errors"]]
     assert client.get("/v1/jobs", headers=stack.headers()).json()["data"] == listed
-
-
-def _statements(engine, submit) -> tuple[list[str], object]:
-    """The first words of each statement `submit()` sent, and its answer."""
-    sent: list[str] = []
-
-    def record(conn, cursor, statement, *args) -> None:
-        sent.append(" ".join(statement.split()[:2]))
-
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        answer = submit()
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
-    return [s for s in sent if s.split()[0] in {"SELECT", "WITH", "INSERT"}], answer
 
 
 def _new_key(stack, role: str = "submit"):
@@ -161,91 +167,60 @@ def _job_count(stack) -> int:
         return session.scalar(select(func.count()).select_from(Job))
 
 
-def test_a_kept_key_revoked_since_is_refused_by_the_insert(client, stack, body):
-    """The key's principal is kept after its first submit; once the key is revoked the
-    next submit's guarded insert writes nothing, the key is asked again, and it hears 401."""
+def test_a_key_revoked_since_its_last_submit_hears_401_and_nothing_is_stored(client, stack, body):
+    """The key is looked up on every request: revoked, its next submit (a valid recipe, an
+    invalid one, a replay of its Idempotency-Key) is 401 and writes nothing."""
     key_id, headers = _new_key(stack)
-    assert client.post("/v1/jobs", json=body, headers=headers).status_code == 201
+    replay = {**headers, "Idempotency-Key": f"replay-{uuid.uuid4().hex[:8]}"}
+    assert client.post("/v1/jobs", json=body, headers=replay).status_code == 201
     _revoke(stack, key_id)
     before = _job_count(stack)
-    sent, answer = _statements(get_engine(stack.settings),
-                               lambda: client.post("/v1/jobs", json=body, headers=headers))  # fmt: skip
-    assert answer.status_code == 401, answer.text
-    assert answer.json()["error"]["code"] == "unauthorized"
+    bad = {**body, "recipe": {**body["recipe"], "step_scheduler": {"max_steps": -1}}}
+    for sent, with_headers in ((body, headers), (bad, headers), (body, replay)):
+        answer = client.post("/v1/jobs", json=sent, headers=with_headers)
+        assert answer.status_code == 401, answer.text
+        assert answer.json()["error"]["code"] == "unauthorized"
     assert _job_count(stack) == before
-    if stack.backend == "postgresql":  # the guarded insert, then the lookup that finds it revoked
-        assert [s.split()[0] for s in sent] == ["WITH", "SELECT"], sent
-    again = client.post("/v1/jobs", json=body, headers=headers)  # no longer kept: looked up
-    assert again.status_code == 401
 
 
-def test_a_kept_key_revoked_since_hears_401_not_its_recipes_errors(client, stack, body):
-    key_id, headers = _new_key(stack)
-    assert client.post("/v1/jobs", json=body, headers=headers).status_code == 201
-    _revoke(stack, key_id)
-    bad = {**body, "recipe": {**body["recipe"], "step_scheduler": {"max_steps": -1}}}
-    answer = client.post("/v1/jobs", json=bad, headers=headers)
-    assert answer.status_code == 401, answer.text
-
-
-def test_an_invalid_recipe_on_a_kept_key_is_422_after_one_lookup(client, stack, body):
-    _, headers = _new_key(stack)
-    assert client.post("/v1/jobs", json=body, headers=headers).status_code == 201
-    bad = {**body, "recipe": {**body["recipe"], "step_scheduler": {"max_steps": -1}}}
-    sent, answer = _statements(get_engine(stack.settings),
-                               lambda: client.post("/v1/jobs", json=bad, headers=headers))  # fmt: skip
-    assert answer.status_code == 422, answer.text
-    assert "step_scheduler.max_steps" in [e["loc"] for e in answer.json()["errors"]]
-    if stack.backend == "postgresql":
-        assert sent == ["SELECT api_keys.project_id,"], sent  # the key asked once, nothing written
-
-
-def test_a_replay_asks_for_the_key_first(client, stack, body):
-    """An Idempotency-Key may answer a stored job without writing: its key is looked up."""
-    key_id, headers = _new_key(stack)
-    headers = {**headers, "Idempotency-Key": f"replay-{uuid.uuid4().hex[:8]}"}
-    first = client.post("/v1/jobs", json=body, headers=headers)
-    assert first.status_code == 201
-    _revoke(stack, key_id)
-    assert client.post("/v1/jobs", json=body, headers=headers).status_code == 401
-
-
-def test_a_read_key_is_never_kept_for_submits(client, stack, body):
+def test_a_read_key_cannot_submit(client, stack, body):
     _, headers = _new_key(stack, "read")
-    for _ in range(2):
-        answer = client.post("/v1/jobs", json=body, headers=headers)
-        assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden"
+    answer = client.post("/v1/jobs", json=body, headers=headers)
+    assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden"
 
 
-def test_a_guard_that_refuses_twice_is_401_and_the_key_is_not_kept(client, stack, body,
-                                                                   monkeypatch):  # fmt: skip
-    """Refused again after the key was asked afresh (its grant changed twice in between):
-    401, nothing stored, and the next submit looks the key up."""
-    from jobs.store import queries
+def test_a_grant_withdrawn_since_the_last_submit_is_read_on_the_next(client, stack, body):
+    """The project's remote-code grant comes with the key on every request: a recipe that
+    needs it is accepted while granted and refused, with nothing stored, once withdrawn."""
+    from jobs.store.api_keys import set_remote_code
 
     _, headers = _new_key(stack)
-    assert client.post("/v1/jobs", json=body, headers=headers).status_code == 201
-    before = _job_count(stack)
-
-    def refuse(*args, **kwargs):
-        raise queries.KeyRefused("refused")
-
-    monkeypatch.setattr(queries, "create_job", refuse)
-    answer = client.post("/v1/jobs", json=body, headers=headers)
-    assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized"
-    monkeypatch.undo()
-    assert _job_count(stack) == before
-    sent, again = _statements(get_engine(stack.settings),
-                              lambda: client.post("/v1/jobs", json=body, headers=headers))  # fmt: skip
-    assert again.status_code == 201
-    if stack.backend == "postgresql":
-        assert [s.split()[0] for s in sent] == ["SELECT", "WITH"], sent
+    needs = copy.deepcopy(body)
+    needs["recipe"]["model"]["trust_remote_code"] = True
+    with stack.session() as session:
+        project = session.scalar(select(Project).where(Project.name == stack.project))
+        set_remote_code(session, project.id, True)
+        session.commit()
+    try:
+        granted = client.post("/v1/jobs", json=needs, headers=headers)
+        assert granted.status_code == 201, granted.text
+        with stack.session() as session:
+            set_remote_code(session, project.id, False)
+            session.commit()
+        before = _job_count(stack)
+        refused = client.post("/v1/jobs", json=needs, headers=headers)
+        assert refused.status_code == 422, refused.text
+        assert "model.trust_remote_code" in [e["loc"] for e in refused.json()["errors"]]
+        assert _job_count(stack) == before
+    finally:
+        with stack.session() as session:
+            set_remote_code(session, project.id, False)
+            session.commit()
 
 
 def test_the_submit_answer_is_the_job_as_read_back(client, stack, body):
-    """The 201 body (written from the values just stored, without a model) is the document
-    `GET /v1/jobs/{id}` answers for the same job (through `JobPublic`), value for value,
-    and the written job carries every column as the database holds it."""
+    """The 201 body is the document `GET /v1/jobs/{id}` answers for the same job, value for
+    value: one `JobPublic` for both."""
     labelled = {**body, "labels": {"team": "nlp", "owner": "ünïcode ✓"}, "priority": 3,
                 "max_attempts": 5, "overrides": ["optimizer.lr=0.00001"]}  # fmt: skip
     answer = client.post("/v1/jobs", json=labelled,

@@ -87,79 +87,20 @@ def test_a_refused_dispatch_leaves_the_job_for_the_reconciler(session, project, 
     assert session.scalar(select(Job.dispatched_at).where(Job.id == job.id)) is None
 
 
-def _normalized(raw: bytes) -> dict:
-    """A kombu Redis message with its per-message ids blanked and its body decoded."""
-    import base64
-    import json
-
-    message = json.loads(raw)
-    task_id = message["headers"]["id"]
-    for where, key in (("headers", "id"), ("headers", "root_id"),
-                       ("properties", "correlation_id"), ("properties", "delivery_tag")):  # fmt: skip
-        assert message[where][key], key
-        message[where][key] = "<id>"
-    assert message["properties"]["correlation_id"] == "<id>" and task_id
-    message["body"] = json.loads(base64.b64decode(message["body"]))
-    message["body"][0] = ["<job>"]
-    message["headers"]["argsrepr"] = message["headers"]["argsrepr"].replace("job-a", "job-b")
-    return message
-
-
-def test_a_direct_send_is_the_message_celery_writes(redis_settings):
-    """A queue's first send goes through Celery (which declares the queue); the next is one
-    LPUSH of the same message, field for field, that kombu's consumer decodes."""
-    from jobs.broker import _client, _publishers
+def test_a_sent_message_is_celery_s_task_message(redis_settings):
+    """What `enqueue_job` sends is read back by kombu's own consumer as the task the
+    worker runs, with the job id as its one argument."""
+    from jobs.broker import RUN_JOB_TASK, _client
 
     queue = queue_name()
     enqueue_job("job-a", queue, redis_settings)
-    enqueue_job("job-b", queue, redis_settings)
-    assert queue in _publishers[REDIS_URL].declared
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        direct, celery = client.lrange(queue, 0, -1)  # LPUSH: newest first
-        assert client.smembers(f"_kombu.binding.{queue}")  # declared by Celery's send
-    finally:
-        client.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
-        client.close()
-    assert b"job-a" in celery and b"job-b" in direct
-    assert _normalized(direct) == _normalized(celery)
-    # and kombu's own consumer reads it back as Celery's task message
-    client = redis.Redis.from_url(REDIS_URL)
-    client.lpush(queue, direct)
     try:
         with _client(REDIS_URL).connection_for_read() as conn:
             message = conn.default_channel.basic_get(queue, no_ack=True)
-            assert message.headers["task"] == "tuneyard.run_job"
-            assert message.decode()[0] == ["job-b"]
+            assert message.headers["task"] == RUN_JOB_TASK
+            assert message.decode()[0] == ["job-a"]
             assert message.delivery_info["routing_key"] == queue
     finally:
-        client.delete(queue)
+        client = redis.Redis.from_url(REDIS_URL)
+        client.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
         client.close()
-
-
-def test_only_plain_redis_urls_are_sent_directly(tmp_path):
-    from jobs.broker import _publisher_for
-
-    assert _publisher_for(REDIS_URL) is not False
-    for url in (f"{REDIS_URL}?socket_timeout=3", "rediss://127.0.0.1:6379/3",
-                f"sqla+sqlite:///{tmp_path / 'b.db'}"):  # fmt: skip
-        assert _publisher_for(url) is False, url
-
-
-def test_a_refused_direct_send_raises_and_the_dispatch_says_so(
-    session, project, tmp_path, monkeypatch, caplog
-):
-    """The broker went away after the queue's first send: the LPUSH is retried, then the
-    send raises, and `dispatch_job` leaves the job for the reconciler."""
-    from jobs import broker
-
-    down = "redis://127.0.0.1:1/0"
-    publisher = broker._RedisPublisher(down, broker._client(down))
-    publisher.declared.add("cpu")
-    monkeypatch.setitem(broker._publishers, down, publisher)
-    settings = Settings(home=tmp_path, broker_url=down)
-    with pytest.raises(redis.ConnectionError):
-        enqueue_job("x", "cpu", settings)
-    job = _queued_job(session, project)
-    assert dispatch_job(session, job.id, "cpu", settings) is False
-    assert "broker refused" in caplog.text

@@ -7,16 +7,13 @@ cache points at an empty temp dir so a hub name never finds a real cached config
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fs_guard import guarded
 from recipe_asserts import write_model_dir
 
-from api.validation_memo import validate_cached
 from jobs.recipe.settings import RecipeSettings as Settings
 from jobs.recipe.validation import ValidationResult, validate_job
 from trainer.assets import write_squad_dir
@@ -95,30 +92,9 @@ Validate = Callable[..., ValidationResult]
 
 @pytest.fixture
 def validate(settings: Settings) -> Validate:
-    """validate_job with the test roots; resources as keyword arguments.
-
-    A dict recipe is also validated through the API's `validate_cached`, twice (kept, then
-    answered again), with every filesystem read outside `observe.watch` caught
-    (`fs_guard`): each answer must be the direct one, so every recipe of these tests checks
-    that the memo sees all validation reads and answers as validation would.
-    """
+    """validate_job with the test roots; resources as keyword arguments."""
 
     def run(recipe: Any, overrides: Any = (), **resources: Any) -> ValidationResult:
-        if not isinstance(recipe, dict):
-            return validate_job(recipe, overrides, resources or None, settings)
-        direct = validate_job(copy.deepcopy(recipe), overrides, resources or None, settings)
-        for _ in range(2):
-            with guarded() as unwatched:
-                cached = validate_cached(copy.deepcopy(recipe), overrides,
-                                         copy.deepcopy(resources) or None, settings)  # fmt: skip
-            assert not unwatched, unwatched[0]
-            assert_same_result(cached, direct)
-        return direct
+        return validate_job(recipe, overrides, resources or None, settings)
 
     return run
-
-
-def assert_same_result(cached: ValidationResult, direct: ValidationResult) -> None:
-    assert cached.valid == direct.valid
-    assert [e.to_dict() for e in cached.errors] == [e.to_dict() for e in direct.errors]
-    assert cached.plan == direct.plan and cached.recipe == direct.recipe

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from recipe_asserts import error_at
@@ -229,3 +230,118 @@ def test_hub_rule_agrees_with_the_trainer(tmp_path, monkeypatch):
     for value in ("etc/passwd", "org/name", "a/b/c", "name"):
         assert names_hub_repo(value) == is_hub_dataset(value), value
     assert names_hub_repo("org/name") and not names_hub_repo("etc/passwd")
+
+
+def test_roots_contain_their_subpaths_only_not_siblings_sharing_a_prefix(tmp_path):
+    from jobs.recipe.paths import check_path
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data2").mkdir()
+    (tmp_path / "data" / "x").mkdir()
+    roots = [tmp_path / "data"]
+    assert check_path(str(tmp_path / "data2"), "dataset.path", roots).kind == "invalid"
+    assert check_path(str(tmp_path / "data" / "x"), "dataset.path", roots).kind == "local"
+    assert check_path(str(tmp_path / "data"), "dataset.path", roots).kind == "local"
+    assert check_path(str(tmp_path / "data2"), "dataset.path", [Path("/")]).kind == "local"
+    escape = check_path(str(tmp_path / "data" / ".." / "data2"), "dataset.path", roots)
+    assert escape.kind == "invalid" and "'..'" in escape.errors[0].msg
+
+
+def test_a_symlinked_root_contains_what_lies_under_its_target(tmp_path):
+    from jobs.recipe.paths import check_path
+
+    (tmp_path / "real" / "set").mkdir(parents=True)
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    assert (
+        check_path(str(tmp_path / "linked" / "set"), "dataset.path", [tmp_path / "linked"]).kind
+        == "local"
+    )
+
+
+def test_real_path_resolves_the_existing_prefix_and_keeps_the_rest(tmp_path):
+    from jobs.recipe.paths import real_path
+
+    (tmp_path / "target").mkdir()
+    (tmp_path / "link").symlink_to("target")
+    assert real_path(tmp_path / "link" / "not" / "yet") == tmp_path / "target" / "not" / "yet"
+    (tmp_path / "link").unlink()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")  # dangling: followed as written
+    assert real_path(tmp_path / "link" / "x") == tmp_path / "elsewhere" / "x"
+
+
+# --- read_bounded: real path inside the roots, a regular file, at most `cap` bytes ---
+
+
+@pytest.fixture
+def root(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    return root
+
+
+def test_read_bounded_reads_a_regular_file_up_to_the_cap(root):
+    from jobs.recipe.paths import read_bounded
+
+    (root / "config.json").write_bytes(b"0123456789")
+    assert read_bounded(root / "config.json", "model", [root], 10) == (b"0123456789", [])
+    data, errors = read_bounded(root / "config.json", "model", [root], 9)
+    assert data is None and errors[0].loc == "model"
+    assert "10 bytes, over the 9 bytes" in errors[0].msg and "at most 9 bytes" in errors[0].fix
+
+
+def test_read_bounded_follows_a_link_that_stays_inside_the_roots(root):
+    from jobs.recipe.paths import read_bounded
+
+    (root / "blobs").mkdir()
+    (root / "blobs" / "f1").write_bytes(b"{}")
+    (root / "snapshots" / "abc").mkdir(parents=True)
+    (root / "snapshots" / "abc" / "config.json").symlink_to("../../blobs/f1")
+    assert read_bounded(root / "snapshots" / "abc" / "config.json", "m", [root], 10) == (b"{}", [])
+
+
+@pytest.mark.parametrize("how", ["file", "directory", "dotdot"])
+def test_read_bounded_refuses_a_link_out_of_the_roots(root, tmp_path, how):
+    from jobs.recipe.paths import read_bounded
+
+    (tmp_path / "secret").write_bytes(b"secret")
+    target = {"file": tmp_path / "secret", "directory": tmp_path, "dotdot": Path("..")}[how]
+    (root / "link").symlink_to(target)
+    file = root / "link" if how == "file" else root / "link" / "secret"
+    data, errors = read_bounded(file, "model.config", [root], 100)
+    assert data is None and errors[0].loc == "model.config"
+    assert "leads outside the allowed roots" in errors[0].msg
+
+
+def test_read_bounded_never_follows_a_link_swapped_in_after_the_check(root, monkeypatch):
+    """The file is opened with O_NOFOLLOW: a final link that appears between the real-path
+    check and the open is refused, not followed (here: as if `realpath` saw no link)."""
+    from jobs.recipe import paths
+
+    (root / "target").write_bytes(b"{}")
+    (root / "link").symlink_to("target")
+    monkeypatch.setattr(paths.os.path, "realpath", lambda path: os.fspath(path))
+    data, errors = paths.read_bounded(root / "link", "model", [root], 100)
+    assert data is None and errors[0].msg.startswith(f"cannot read {root / 'link'}")
+
+
+def test_read_bounded_refuses_a_fifo_without_waiting_for_a_writer(root):
+    from jobs.recipe.paths import read_bounded
+
+    os.mkfifo(root / "config.json")
+    data, errors = read_bounded(root / "config.json", "model", [root], 100)
+    assert data is None and "is not a regular file" in errors[0].msg
+
+
+def test_read_bounded_refuses_devices_and_directories(root):
+    from jobs.recipe.paths import read_bounded
+
+    for file, roots in ((Path("/dev/zero"), [Path("/dev")]), (root, [root])):
+        data, errors = read_bounded(file, "model", roots, 100)
+        assert data is None and "is not a regular file" in errors[0].msg, errors
+
+
+def test_read_bounded_reports_a_missing_file_at_its_field(root):
+    from jobs.recipe.paths import read_bounded
+
+    data, errors = read_bounded(root / "absent.json", "model.config", [root], 100)
+    assert data is None and errors[0].loc == "model.config" and "cannot read" in errors[0].msg

@@ -1,11 +1,12 @@
-"""Who owns the recipe dict `validate_job` normalizes: a copy of the caller's by default, the
-dict itself when the caller hands it over (the API's request body, bounded already)."""
+"""Who owns the recipe dict `validate_job` normalizes: always its own copy, never the caller's."""
 
 from __future__ import annotations
 
 import copy
 
 from jobs.recipe.validation import validate_job
+
+AM = "nemo_automodel"
 
 
 def test_the_callers_dict_is_left_as_it_was(recipe, settings):
@@ -16,24 +17,24 @@ def test_the_callers_dict_is_left_as_it_was(recipe, settings):
     assert result.recipe["optimizer"]["lr"] == 0.5
 
 
-def test_a_handed_over_dict_validates_to_the_same_recipe_and_plan(recipe, settings):
-    kept = validate_job(copy.deepcopy(recipe), (), None, settings)
-    given = validate_job(copy.deepcopy(recipe), (), None, settings, handed_over=True)
-    assert kept.valid and given.valid
-    assert given.recipe == kept.recipe and given.plan == kept.plan
+def test_a_recipe_that_normalization_rewrites_is_left_as_it_was(recipe, settings):
+    recipe["model"]["_target_"] = f"{AM}.NeMoAutoModelForCausalLM.from_pretrained"
+    recipe["dataset"]["_target_"] = f"{AM}.components.datasets.llm.squad.make_squad_dataset"
+    recipe["distributed"] = {"strategy": "fsdp2", "dp_size": "none", "tp_size": 1, "cp_size": 1}
+    recipe["lr_scheduler"] = {"lr_decay_style": "cosine", "min_lr": 1.0e-6}
+    before = copy.deepcopy(recipe)
+    result = validate_job(recipe, (), None, settings)
+    assert result.valid, result.errors
+    assert recipe == before
+    assert "distributed" not in result.recipe  # rewritten: AutoModel's section became ours
+    assert "_target_" in result.recipe["lr_scheduler"] and "_target_" not in recipe["lr_scheduler"]
+    again = validate_job(recipe, (), None, settings)  # the same dict validates the same way
+    assert again.recipe == result.recipe and again.plan == result.plan
 
 
-def test_a_handed_over_dict_takes_overrides_and_reports_bad_ones(recipe, settings):
-    result = validate_job(copy.deepcopy(recipe), ["optimizer.lr=0.25"], None, settings,
-                          handed_over=True)  # fmt: skip
-    assert result.valid and result.recipe["optimizer"]["lr"] == 0.25
-    bad = validate_job(copy.deepcopy(recipe), ["optimizer.lr.x=1"], None, settings,
-                       handed_over=True)  # fmt: skip
-    assert not bad.valid and any(e.loc == "optimizer.lr.x" for e in bad.errors)
-
-
-def test_text_recipes_are_parsed_whatever_the_flag(recipe, settings):
-    import yaml
-
-    text = yaml.safe_dump(recipe)
-    assert validate_job(text, (), None, settings, handed_over=True).valid
+def test_a_refused_recipe_is_left_as_it_was(recipe, settings):
+    recipe["model"]["_target_"] = f"{AM}.NeMoAutoModelForCausalLM.from_pretrained"
+    recipe["optimizer"]["lr"] = "fast"
+    before = copy.deepcopy(recipe)
+    assert not validate_job(recipe, ["optimizer.betas.x=1"], None, settings).valid
+    assert recipe == before

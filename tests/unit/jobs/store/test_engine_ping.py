@@ -1,10 +1,8 @@
 """A pooled PostgreSQL connection whose backend died (a database restart, an idle-session
-kill) is replaced on checkout once it has sat idle past PING_AFTER_IDLE_S; one used a
-moment ago is handed out without a round trip."""
+kill) is replaced on checkout (`pool_pre_ping`), and the pool holds a connection per API
+thread."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 from sqlalchemy import text
@@ -30,8 +28,7 @@ def _backend_pid(engine) -> int:
         return conn.execute(text("SELECT pg_backend_pid()")).scalar()
 
 
-def test_a_dead_idle_connection_is_replaced_on_checkout(pg_engine, monkeypatch):
-    monkeypatch.setattr(engines, "PING_AFTER_IDLE_S", 0.2)
+def test_a_dead_pooled_connection_is_replaced_on_checkout(pg_engine):
     first = _backend_pid(pg_engine)
     admin = engines.make_engine(pg_engine.url.render_as_string(hide_password=False))
     try:
@@ -40,22 +37,8 @@ def test_a_dead_idle_connection_is_replaced_on_checkout(pg_engine, monkeypatch):
             conn.commit()
     finally:
         admin.dispose()
-    time.sleep(0.3)  # idle past the threshold: the checkout pings, fails, reconnects
     second = _backend_pid(pg_engine)
     assert second != first
-
-
-def test_a_connection_back_a_moment_ago_is_not_pinged(pg_engine, monkeypatch):
-    monkeypatch.setattr(engines, "PING_AFTER_IDLE_S", 60.0)
-    pings: list[int] = []
-    real = pg_engine.dialect.do_ping
-    monkeypatch.setattr(pg_engine.dialect, "do_ping", lambda c: pings.append(1) or real(c))
-    for _ in range(5):
-        _backend_pid(pg_engine)
-    assert pings == []
-    monkeypatch.setattr(engines, "PING_AFTER_IDLE_S", 0.0)
-    _backend_pid(pg_engine)
-    assert pings == [1]
 
 
 def test_the_pool_keeps_a_connection_per_api_thread(monkeypatch):

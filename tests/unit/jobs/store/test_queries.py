@@ -13,8 +13,12 @@ from jobs.store.tables import Metric
 
 
 def _job(session, project) -> str:
-    job, _ = store.create_job(session, project.id, store.NewJob(
-        name="j", spec={}, recipe={}, plan={}, resources={}, queue="cpu"))  # fmt: skip
+    job, _ = store.create_job(
+        session,
+        project.id,
+        store.NewJob("j", spec={}, recipe={}, plan={}, resources={}, queue="cpu"),
+    )
+    session.commit()
     return job.id
 
 
@@ -56,60 +60,64 @@ def test_cursor_rejects_forgeries() -> None:
             store.decode_cursor(bad)
 
 
-def test_a_guarded_create_checks_the_key_and_the_grant(session, project) -> None:
-    """In a transaction (Core's path on PostgreSQL; SQLite's check-then-write) the guard
-    refuses a revoked key, another project's and a changed grant, and writes nothing."""
-    from sqlalchemy import func, select
-
-    from jobs.store.api_keys import KeyGuard, create_api_key, hash_key, revoke_api_key
-    from jobs.store.tables import Job, JobEvent
-
-    key, raw = create_api_key(session, project.name, "submit")
-    session.commit()
-    new = store.NewJob(name="g", spec={}, recipe={}, plan={}, resources={}, queue="cpu")
-    guard = KeyGuard(hash_key(raw), project.id, False)
-    job, created = store.create_job(session, project.id, new, guard=guard)
-    assert created and session.get(Job, job.id) is not None
-
-    def refused(guard: KeyGuard) -> None:
-        jobs = session.scalar(select(func.count()).select_from(Job))
-        events = session.scalar(select(func.count()).select_from(JobEvent))
-        with pytest.raises(store.KeyRefused):
-            store.create_job(session, guard.project_id, new, guard=guard)
-        assert session.scalar(select(func.count()).select_from(Job)) == jobs
-        assert session.scalar(select(func.count()).select_from(JobEvent)) == events
-
-    refused(KeyGuard(guard.key_hash, project.id, True))  # the grant validation assumed
-    refused(KeyGuard(guard.key_hash, project.id + 1000, False))  # another project
-    refused(KeyGuard(hash_key(raw + "x"), project.id, False))  # no such key
-    revoke_api_key(session, key.id)
-    session.commit()
-    refused(guard)
-
-
-def test_a_create_on_an_autocommit_connection_begins_no_session_transaction(
+def test_create_job_adds_the_job_and_its_event_to_the_callers_transaction(
     migrated_engine, session, project
 ) -> None:
-    """The API's `read_session` on PostgreSQL: the one insert statement is the whole
-    transaction, so the session begins none around it; an ordinary session (and SQLite's
-    `read_session`) begins one and commits the job in it."""
-    from sqlalchemy import event
+    """Nothing is visible to another connection until the caller commits; then the job and
+    its `submitted` event both are. A rollback keeps neither."""
+    from sqlalchemy import select
     from sqlalchemy.orm import sessionmaker
 
-    from api.deps import read_session
-    from jobs.store.tables import Job
+    from jobs.store.tables import Job, JobEvent
 
-    begun: list[bool] = []
-    factory = sessionmaker(bind=migrated_engine, expire_on_commit=False)
+    other = sessionmaker(bind=migrated_engine)
     new = store.NewJob(name="a", spec={}, recipe={}, plan={}, resources={}, queue="cpu")
-    with read_session(factory) as reading:
-        event.listen(reading, "after_begin", lambda *_: begun.append(True))
-        job, created = store.create_job(reading, project.id, new, looked_up=True)
-        assert created and not reading.in_transaction()
-    assert begun == ([] if migrated_engine.dialect.name == "postgresql" else [True])
-    assert session.get(Job, job.id).name == "a"  # committed, seen from another connection
+    kept, created = store.create_job(session, project.id, new)
+    assert created and session.in_transaction()
     session.commit()
-    event.listen(session, "after_begin", lambda *_: begun.append(True))
-    begun.clear()
-    store.create_job(session, project.id, new)
-    assert begun == [True] and not session.in_transaction()
+    kept_id = kept.id
+    dropped_id = store.create_job(session, project.id, new)[0].id
+    session.rollback()
+    with other() as reader:
+        assert reader.get(Job, kept_id).status == "queued"
+        events = reader.scalars(select(JobEvent).where(JobEvent.job_id == kept_id)).all()
+        assert [(e.kind, e.to_status) for e in events] == [("submitted", "queued")]
+        assert reader.get(Job, dropped_id) is None
+
+
+def test_a_concurrent_twin_on_one_idempotency_key_answers_the_winners_job(
+    migrated_engine, project, monkeypatch
+) -> None:
+    """Two sessions create with one key: the first to commit wins; the other's insert hits
+    the unique constraint and it answers the winner's job (or a conflict for another body)."""
+    from sqlalchemy.orm import sessionmaker
+
+    factory = sessionmaker(bind=migrated_engine, expire_on_commit=False)
+    key = f"twin-{uuid.uuid4().hex[:8]}"
+    hashed = store.request_hash({"a": 1})
+
+    def twin(name: str, body_hash: str) -> store.NewJob:
+        return store.NewJob(
+            name=name, spec={}, recipe={}, plan={}, resources={}, queue="cpu",
+            idempotency_key=key, request_hash=body_hash,
+        )  # fmt: skip
+
+    winner, created = store.create_job(factory_session := factory(), project.id, twin("a", hashed))
+    factory_session.commit()
+    factory_session.close()
+    # The twin looked for the key before the winner committed: its own look finds nothing.
+    looks: list[str] = []
+
+    def looked_before_the_winner(session, project_id, key):
+        looks.append(key)
+        return None if len(looks) == 1 else original(session, project_id, key)
+
+    original = store.find_by_idempotency_key
+    monkeypatch.setattr(store, "find_by_idempotency_key", looked_before_the_winner)
+    with factory() as second:
+        answer, created_again = store.create_job(second, project.id, twin("b", hashed))
+        assert created and not created_again and answer.id == winner.id
+        assert len(looks) == 2  # once before the insert, once after the constraint refused it
+    looks.clear()
+    with factory() as third, pytest.raises(store.IdempotencyConflict):
+        store.create_job(third, project.id, twin("c", store.request_hash({"a": 2})))
