@@ -119,5 +119,3 @@ def test_a_500_keeps_the_connection_open(pg_stack) -> None:
     finally:
         server.should_exit = True
         thread.join(10)
-
-
