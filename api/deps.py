@@ -58,18 +58,17 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
 def get_principal(settings: SettingsDep, session: SessionDep, creds: Credentials) -> Principal:
-    """The caller (401 for a missing, unknown or revoked key).
+    """The caller (401 for a missing, unknown or revoked key), looked up on every request.
 
-    The lookup is its own short transaction: the route runs in another threadpool call, and
-    a transaction held open while a request waits for a thread could starve the pool (on
-    SQLite it would hold the write lock)."""
+    The lookup opens the request's transaction, and the route goes on in it (one pooled
+    connection a request)."""
     if not settings.auth_enabled:
-        principal = default_principal(session)  # it may create the default project
-    elif creds is None or creds.scheme.lower() != "bearer":
+        principal = default_principal(session)
+        session.commit()  # it may have created the default project
+        return principal
+    if creds is None or creds.scheme.lower() != "bearer":
         raise ApiError(401, "unauthorized", "send `Authorization: Bearer <api key>`")
-    else:
-        principal = verify_key(session, creds.credentials)
-    session.commit()
+    principal = verify_key(session, creds.credentials)
     if principal is None:
         raise ApiError(401, "unauthorized", "unknown or revoked API key")
     return principal

@@ -4,10 +4,11 @@
 A submit reads top to bottom: an Idempotency-Key already used answers its stored job;
 otherwise `check_request` validates everything (`jobs.recipe.validation.validate_job`, the
 code `tuneyard validate` runs, given the caller's project as a `JobScope` and the queue's
-capacity), `store.create_job` adds the job and its `submitted` event to the request's
-transaction, the commit stores both, and only then `broker.dispatch_job` sends the id.
-A broker that refuses leaves the job `queued` for the reconciler. Every check happens
-before the commit; after it nothing can fail but the send, which never raises.
+capacity), `store.create_job` adds the job, its `submitted` event and its dispatch mark to
+the request's transaction, the commit stores them, and only then
+`broker.dispatch_new_job` sends the id. A broker that refuses leaves the job `queued`, its
+mark taken back, for the reconciler. Every check happens before the commit; after it
+nothing can fail but the send, which never raises.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from api.errors import InvalidRequest
 from api.schemas import JobCreate
-from jobs.broker import dispatch_job
+from jobs.broker import dispatch_new_job
 from jobs.recipe.bounds import check_bounds
 from jobs.recipe.errors import FieldError
 from jobs.recipe.requirements import requirement_errors
@@ -63,11 +64,11 @@ def submit(
             return store.replay_or_conflict(stored, store.request_hash(_spec(body))), False
     checked = check_request(body, settings, principal, session, capacity)
     job, created = store.create_job(
-        session, principal.project_id, new_job(body, checked, idempotency_key)
+        session, principal.project_id, new_job(body, checked, idempotency_key), dispatching=True
     )
     session.commit()
     if created:
-        dispatch_job(session, job.id, job.queue, settings)
+        dispatch_new_job(session, job, settings)
     return job, created
 
 

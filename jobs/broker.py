@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from jobs.store.queries import mark_dispatched
 from jobs.store.settings import Settings, get_settings
+from jobs.store.tables import Job
 
 log = logging.getLogger("tuneyard.broker")
 
@@ -142,6 +143,25 @@ def dispatch_job(
     except Exception as exc:  # the send happened; only the bookkeeping is lost
         session.rollback()
         log.warning("job %s: could not record the dispatch (%s)", job_id, exc)
+    return True
+
+
+def dispatch_new_job(session: Session, job: Job, settings: Settings | None = None) -> bool:
+    """Send a job committed with its dispatch mark (`create_job(..., dispatching=True)`);
+    False on refusal. A refusal is logged and the mark taken back, so the job waits
+    `queued` with no `dispatched_at` and the reconciler sends it after its grace window
+    (as it does for a process that died between the commit and the send)."""
+    try:
+        enqueue_job(job.id, job.queue, settings)
+    except Exception as exc:  # any transport error: the reconciler re-dispatches queued jobs
+        log.warning("job %s stays queued: the broker refused it (%s)", job.id, exc)
+        try:
+            job.dispatched_at = None
+            session.commit()
+        except Exception as db_exc:  # the reconciler's grace window covers this too
+            session.rollback()
+            log.warning("job %s: could not take back its dispatch mark (%s)", job.id, db_exc)
+        return False
     return True
 
 

@@ -87,15 +87,24 @@ def verify_key(session: Session, raw_key: str) -> Principal | None:
     if not raw_key.startswith(KEY_PREFIX):
         return None
     stmt = (
-        select(ApiKey, Project)
+        select(
+            ApiKey.id,
+            ApiKey.role,
+            ApiKey.revoked_at,
+            Project.id,
+            Project.name,
+            Project.allow_remote_code,
+        )
         .join(Project, Project.id == ApiKey.project_id)
         .where(ApiKey.key_hash == hash_key(raw_key))
     )
     row = session.execute(stmt).first()
-    if row is None or row.ApiKey.revoked_at is not None:
+    if row is None:
         return None
-    key, project = row.ApiKey, row.Project
-    return Principal(project.id, project.name, key.role, key.id, bool(project.allow_remote_code))
+    key_id, role, revoked_at, project_id, project_name, allow_remote_code = row
+    if revoked_at is not None:
+        return None
+    return Principal(project_id, project_name, role, key_id, bool(allow_remote_code))
 
 
 def revoke_api_key(session: Session, key_id: int) -> bool:

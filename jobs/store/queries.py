@@ -86,9 +86,13 @@ def replay_or_conflict(existing: Job, body_hash: str | None) -> Job:
     return existing
 
 
-def create_job(session: Session, project_id: int, new: NewJob) -> tuple[Job, bool]:
+def create_job(
+    session: Session, project_id: int, new: NewJob, *, dispatching: bool = False
+) -> tuple[Job, bool]:
     """Add a queued job and its `submitted` event to the session's transaction, flushed;
-    returns (job, created). The caller commits.
+    returns (job, created). The caller commits. `dispatching`: the caller sends the id to
+    the broker right after the commit, so the dispatch is recorded with the row
+    (`jobs.broker.dispatch_new_job` takes the mark back if the send fails).
 
     With an idempotency key already used, nothing is added: the stored job is returned for
     the same body, IdempotencyConflict is raised for another. The unique (project_id,
@@ -108,7 +112,7 @@ def create_job(session: Session, project_id: int, new: NewJob) -> tuple[Job, boo
         attempt=0,
         created_at=now,
         updated_at=now,
-        dispatched_at=None,  # set by `mark_dispatched` once the broker has the id
+        dispatched_at=now if dispatching else None,
     )
     event = JobEvent(
         job_id=job.id,
