@@ -47,9 +47,9 @@ def build_run(root: Path, is_async: bool) -> SimpleNamespace:
     import torch
     from transformers import LlamaForCausalLM
 
-    from trainer import fingerprint
     from trainer.assets import tiny_llama_config
     from trainer.checkpoint.manager import CheckpointManager
+    from trainer.resilience import fingerprint
 
     # The resume fingerprint's probe needs the run's data loader, which this bench has not:
     # its one forward on two rows is left out (the digests, the save's real cost, stay).

@@ -26,16 +26,17 @@ import torch.distributed as dist
 
 from jobs.recipe.exit_codes import ExitCode
 from jobs.recipe.typed import StepScheduler
-from trainer import fingerprint
 from trainer import pipeline as pipeline_parallel
 from trainer.checkpoint import hf_export, manager
 from trainer.context_parallel import shard_batch
 from trainer.distributed import all_reduce_sum
 from trainer.errors import TrainerError
+from trainer.forward import forward_logits
 from trainer.loss import token_loss_sum
 from trainer.metrics import RunLog, StepMeter, ValRecord, rank_peak_memory
 from trainer.parallelize import clip_grad_norm
-from trainer.recovery import DivergenceGuard
+from trainer.resilience import fingerprint
+from trainer.resilience.recovery import DivergenceGuard
 from trainer.sample_log import StepRows
 from trainer.setup import TrainingRun
 from trainer.train_state import gather_rng, recipe_hash
@@ -70,21 +71,6 @@ def batches(run: TrainingRun) -> Iterator[tuple[int, dict[str, Any]]]:
             run.data_state["batches_done"] += 1
             yield run.data_state["epoch"], batch
         run.data_state = {"epoch": run.data_state["epoch"] + 1, "batches_done": 0}
-
-
-def model_logits(
-    model: torch.nn.Module, batch: dict[str, Any], device: torch.device
-) -> torch.Tensor:
-    inputs = {
-        k: batch[k].to(device, non_blocking=True)
-        for k in ("input_ids", "attention_mask", "position_ids")
-        if k in batch
-    }
-    return model(**inputs, use_cache=False).logits
-
-
-def forward_logits(run: TrainingRun, batch: dict[str, Any]) -> torch.Tensor:
-    return model_logits(run.forward_model, batch, run.env.device)
 
 
 def micro_batch_loss(run: TrainingRun, batch: dict[str, Any]) -> torch.Tensor:
@@ -151,13 +137,13 @@ def save_checkpoint(
     """Save at `run.step`. With `checkpoint.is_async` only the snapshot blocks, unless this
     is the run's last save (`final`; by default, at max_steps), which waits for it."""
     checkpoints = run.checkpoints
-    report_saves(log, checkpoints.wait())  # the previous asynchronous save, published
+    log.checkpoints_saved(checkpoints.wait())  # the previous asynchronous save, published
     staging = checkpoints.begin(run.step)
     state = trainer_state(run)
     if checkpoints.is_async:
         _save_async(run, staging, state, last_record)
         if final if final is not None else run.step >= run.max_steps:
-            report_saves(log, checkpoints.wait())
+            log.checkpoints_saved(checkpoints.wait())
         return
     hf_export.save_model_dir(run, staging)
     if checkpoints.save_optimizer:
@@ -166,7 +152,7 @@ def save_checkpoint(
     path = checkpoints.publish(run.step, state)
     if run.env.is_rank0:
         size = manager.dir_size(path)
-        report_saves(log, [manager.PublishedSave(run.step, path, size, last_record)])
+        log.checkpoints_saved([manager.PublishedSave(run.step, path, size, last_record)])
 
 
 def _save_async(
@@ -195,15 +181,8 @@ def trainer_state(run: TrainingRun) -> dict[str, Any]:
         "world_size": run.env.world_size,
         "dp_size": run.topology.dp_size,
         "skipped_batches": sorted([list(p) for p in run.skipped_batches]),
-        "fingerprint": fingerprint.compute(run),  # checked after a resume (trainer.fingerprint)
+        "fingerprint": fingerprint.compute(run),  # checked after a resume (trainer.resilience)
     }
-
-
-def report_saves(log: RunLog, saves: list[manager.PublishedSave]) -> None:
-    """One `checkpoint_saved` event per published checkpoint (rank 0 gets them)."""
-    for save in saves:
-        fields = {"path": str(save.path), "size_bytes": save.size_bytes, "metrics": save.metrics}
-        log.event("checkpoint_saved", save.step, **fields)
 
 
 def _stop_if_not_finite(loss: float, step: int) -> None:
@@ -277,12 +256,12 @@ def _train_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCo
         preempted = preemption.agreed(run.env.device)
         if _should_save(run, schedule, preempted):
             save_checkpoint(run, log, asdict(record), final=preempted or None)
-        report_saves(log, run.checkpoints.completed())
+        log.checkpoints_saved(run.checkpoints.completed())
         if preempted:
-            report_saves(log, run.checkpoints.wait())
+            log.checkpoints_saved(run.checkpoints.wait())
             log.event("preempted", run.step, code="preempted", exit_code=ExitCode.PREEMPTED)
             return ExitCode.PREEMPTED
-    report_saves(log, run.checkpoints.wait())
+    log.checkpoints_saved(run.checkpoints.wait())
     peaks = rank_peak_memory(run.env.device)  # a collective: every rank reaches this line
     log.event(
         "finished", run.step, metrics=asdict(record) if record else {}, peak_memory_bytes=peaks

@@ -22,7 +22,7 @@ from jobs.recipe.typed import Recipe
 from trainer import builders
 from trainer.distributed import DistEnv, Topology
 from trainer.errors import data_error
-from trainer.finetune import forward_logits, model_logits
+from trainer.forward import forward_logits, model_logits
 from trainer.kd_loss import kd_token_loss_sum
 from trainer.loss import token_loss_sum
 from trainer.parallelize import parallelize

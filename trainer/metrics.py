@@ -17,7 +17,7 @@ import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import psutil
 import torch
@@ -26,6 +26,9 @@ import torch.distributed as dist
 from jobs.recipe.typed import Recipe
 from models.hooks import model_flops_per_token
 from trainer.trackers import FAILED, FINISHED, KILLED, GuardedTracker, open_trackers
+
+if TYPE_CHECKING:
+    from trainer.checkpoint.manager import PublishedSave
 
 
 @dataclass
@@ -112,6 +115,16 @@ class RunLog:
     def event(self, name: str, step: int, **fields: Any) -> None:
         self.outcome = OUTCOME_EVENTS.get(name, self.outcome)
         self.events.write({"event": name, "step": step, "timestamp": time.time(), **fields})
+
+    def checkpoints_saved(self, saves: list[PublishedSave]) -> None:
+        """One `checkpoint_saved` event per published checkpoint (rank 0 gets them)."""
+        for save in saves:
+            fields = {
+                "path": str(save.path),
+                "size_bytes": save.size_bytes,
+                "metrics": save.metrics,
+            }
+            self.event("checkpoint_saved", save.step, **fields)
 
     def close(self) -> None:
         trackers, self.trackers = self.trackers, []

@@ -75,7 +75,7 @@ class TrainingRun:
     # the model pruned to those stages
     pipeline: Any = None
     # micro-batch positions (epoch, batch number) a divergence rollback skips
-    # (`trainer.recovery`); kept in every later checkpoint
+    # (`trainer.resilience.recovery`); kept in every later checkpoint
     skipped_batches: set[tuple[int, int]] = field(default_factory=set)
 
 

@@ -34,9 +34,9 @@ from jobs.store.ingest import append_logs, record_trainer_events, upsert_checkpo
 from jobs.store.leases import Claim, holds_lease, job_attempt_status, renew_lease
 from jobs.store.samples import ingest_samples
 from jobs.store.status import ACTIVE, JobStatus
-from worker import executor
+from worker import executors
 from worker.config import WorkerConfig
-from worker.executor import AttemptHandle
+from worker.executors import AttemptHandle
 from worker.launcher import LaunchSpec, write_recipe
 from worker.logpump import LogPump
 from worker.settle import report_outcome
@@ -82,7 +82,7 @@ class AttemptSupervisor:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.is_leader:
             write_recipe(self.run_dir, self.claim.recipe)
-        executor.stop_older_attempts(self.spec, self.config)
+        executors.stop_older_attempts(self.spec, self.config)
         events_path = self.run_dir / "events.jsonl"
         self.state.events_launch_offset = events_path.stat().st_size if events_path.exists() else 0
         started = self._launch()
@@ -113,8 +113,8 @@ class AttemptSupervisor:
         deadline, delay = time.monotonic() + self.config.launch_retry_seconds, 1.0
         while True:
             try:
-                return executor.start(self.spec, self.run_dir, self.config)
-            except executor.LaunchUnavailable as exc:
+                return executors.start(self.spec, self.run_dir, self.config)
+            except executors.LaunchUnavailable as exc:
                 if time.monotonic() + delay > deadline:
                     return launch_failure(
                         f"cannot start the attempt ({self.config.executor}) "

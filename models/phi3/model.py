@@ -35,7 +35,7 @@ from models.registry import ModelCapabilities, TieSupport
 class Phi3ForCausalLM(NativeCausalLM):
     architecture = "Phi3ForCausalLM"
     tie_word_embeddings_support = TieSupport.BOTH
-    # LoRA adapters export fused for transformers' Phi-3 (`lora_to_hf`, models.phi3.lora).
+    # LoRA adapters export fused for transformers' Phi-3 (state_dict_adapter.fuse_lora_adapter).
     capabilities = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
     state_dict_adapter = Phi3StateDictAdapter
 

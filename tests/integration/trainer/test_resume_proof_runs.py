@@ -23,7 +23,7 @@ from trainer_harness import Assets, base_recipe, launch, launch_until, strategy_
 
 from jobs.recipe.exit_codes import ExitCode
 from trainer.data.sampler import ResumableBatchSampler
-from trainer.recovery import POISON_ENV, SPIKE_ENV
+from trainer.resilience.recovery import POISON_ENV, SPIKE_ENV
 
 pytestmark = pytest.mark.slow
 SEED, BATCH, ACCUMULATION = 7, 4, 2  # base_recipe's rng.seed, batch_size, grad accumulation

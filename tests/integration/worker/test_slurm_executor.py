@@ -20,7 +20,7 @@ from worker_harness import (
     wait_for,
 )
 
-from worker.slurm import parse_job_record
+from worker.executors.slurm import parse_job_record
 
 pytestmark = [
     pytest.mark.slow,

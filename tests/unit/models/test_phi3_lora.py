@@ -23,8 +23,7 @@ from phi3_tiny import VOCAB, phi3_config
 from safetensors.torch import save_file
 
 from models import AutoModelForCausalLM
-from models.phi3.lora import lora_to_hf
-from models.phi3.state_dict_adapter import FusedMappingError
+from models.phi3.state_dict_adapter import FusedMappingError, fuse_lora_adapter
 from trainer.checkpoint.consolidate import save_lora_adapter, save_lora_base_model
 
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -62,7 +61,7 @@ def _assert_same_logits(native, hf_peft, tmp_path):
 def test_fused_adapter_loads_onto_transformers_with_equal_logits(tmp_path, targets, dora):
     native = _trained_peft(tmp_path, targets, dora)
     config = native.peft_config["default"]
-    state, fused = lora_to_hf(get_peft_model_state_dict(native), config, native.config)
+    state, fused = fuse_lora_adapter(get_peft_model_state_dict(native), config, native.config)
     assert "base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight" in state
     assert not any(".q_proj." in k or ".gate_proj." in k for k in state)
     assert config.r == 4 and config.target_modules == set(targets)  # the live config kept
@@ -77,7 +76,7 @@ def test_fused_adapter_loads_onto_transformers_with_equal_logits(tmp_path, targe
 
 def test_partial_adapter_ranks_and_scales(tmp_path):
     native = _trained_peft(tmp_path, ["q_proj", "v_proj", "up_proj"])
-    state, fused = lora_to_hf(
+    state, fused = fuse_lora_adapter(
         get_peft_model_state_dict(native), native.peft_config["default"], native.config
     )
     qkv = "base_model.model.model.layers.1.self_attn.qkv_proj"
@@ -92,7 +91,9 @@ def test_partial_adapter_ranks_and_scales(tmp_path):
 def test_dora_on_some_parts_only_is_refused(tmp_path):
     native = _trained_peft(tmp_path, ["q_proj", "v_proj"], dora=True)
     with pytest.raises(FusedMappingError, match="DoRA adapted"):
-        lora_to_hf(get_peft_model_state_dict(native), native.peft_config["default"], native.config)
+        fuse_lora_adapter(
+            get_peft_model_state_dict(native), native.peft_config["default"], native.config
+        )
 
 
 def test_trainer_adapter_export_loads_with_auto_peft(tmp_path):

@@ -15,7 +15,7 @@ from jobs.recipe.exit_codes import ExitCode
 from jobs.recipe.typed import Recovery, SpikeRule
 from trainer.data.sampler import ResumableBatchSampler
 from trainer.errors import TrainerError
-from trainer.recovery import DivergenceGuard, scale_lr, spike_threshold
+from trainer.resilience.recovery import DivergenceGuard, scale_lr, spike_threshold
 from trainer.sample_log import StepRows
 
 

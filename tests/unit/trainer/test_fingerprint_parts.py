@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.fingerprint import (
+from trainer.resilience.fingerprint import (
     clean_name,
     combine,
     differences,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.slurm import CONTROLLER_UNAVAILABLE
+from worker.executors.slurm import CONTROLLER_UNAVAILABLE
 
 
 @pytest.mark.parametrize("said", [

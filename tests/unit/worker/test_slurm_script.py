@@ -12,8 +12,8 @@ import pytest
 from jobs.orchestration.policy import Verdict, classify_exit
 from jobs.recipe.exit_codes import ExitCode
 from worker.config import WorkerConfig
+from worker.executors.slurm import FollowedFile, SlurmAttempt, batch_script, parse_job_record
 from worker.launcher import LaunchSpec
-from worker.slurm import FollowedFile, SlurmAttempt, batch_script, parse_job_record
 
 
 def _spec(tmp_path: Path, **kw) -> LaunchSpec:

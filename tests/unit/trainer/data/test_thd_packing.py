@@ -1,7 +1,7 @@
 """Packing options, THD batch fields, and packed == unpacked through tuneyard's native models.
 
 The equality tests run the same samples once packed into rows and once padded one per row
-through the step's own forward (`trainer.finetune.model_logits`) in float32: the summed
+through the step's own forward (`trainer.forward.model_logits`) in float32: the summed
 token loss and every parameter's gradient must agree, and a document's logits in a packed
 row must equal its logits alone (no attention across documents).
 """
@@ -18,7 +18,7 @@ from trainer import builders
 from trainer.assets import tiny_llama_config
 from trainer.data.collate import IGNORE, Collator, PackedDataset, sample_labels
 from trainer.data.thd import SEQ_LENS_PAD, document_lengths
-from trainer.finetune import model_logits
+from trainer.forward import model_logits
 from trainer.loss import MaskedCrossEntropy, token_loss_sum
 
 CPU = torch.device("cpu")

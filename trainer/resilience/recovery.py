@@ -8,7 +8,7 @@ the previous `window` steps) the run is rebuilt from its LATEST checkpoint by th
 step's micro-batch positions join `run.skipped_batches` (saved in every later checkpoint,
 so a later resume skips them too), the learning rate is scaled by `lr_scale` per rollback,
 and a `rollback` event names the step, the reason, the rows skipped and where it went back
-to; the restored state is then proven like any resume (`trainer.fingerprint`). After
+to; the restored state is then proven like any resume (`trainer.resilience.fingerprint`). After
 `max_retries` rollbacks the next divergence fails the run naming its rows.
 
 `TUNEYARD_TEST_POISON_ROWS` (tests only; comma-separated dataset indices) fills the first
@@ -30,8 +30,8 @@ import torch
 
 from jobs.recipe.exit_codes import ExitCode
 from jobs.recipe.typed import Recovery
-from trainer import fingerprint
 from trainer.errors import TrainerError
+from trainer.resilience import fingerprint
 from trainer.sample_log import Position, StepRows, describe
 
 POISON_ENV = "TUNEYARD_TEST_POISON_ROWS"
@@ -115,12 +115,11 @@ class DivergenceGuard:
         positions: list[Position],
         rows: list[dict[str, Any]],
     ) -> None:
-        from trainer.finetune import report_saves
         from trainer.setup import setup_run  # setup imports the model stack; only when needed
 
         failed_step = run.step
         # A save in flight publishes before LATEST is read, and is reported like any other.
-        report_saves(log, run.checkpoints.wait())
+        log.checkpoints_saved(run.checkpoints.wait())
         recipe = run.recipe
         if run.checkpoints.latest() is not None and recipe.restore_from is not None:
             recipe = dataclasses.replace(recipe, restore_from=None)  # this run's own LATEST

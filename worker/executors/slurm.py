@@ -31,7 +31,7 @@ from pathlib import Path
 from jobs.orchestration.policy import Outcome, Verdict
 from jobs.recipe.exit_codes import ExitCode
 from worker.config import WorkerConfig
-from worker.executor import LaunchUnavailable
+from worker.executors.base import LaunchUnavailable
 from worker.launcher import LaunchSpec, build_env, torchrun_prefix
 
 ACTIVE_STATES = frozenset(

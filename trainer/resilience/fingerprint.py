@@ -29,6 +29,7 @@ from trainer.checkpoint import manager
 from trainer.context_parallel import shard_batch
 from trainer.distributed import all_reduce_sum
 from trainer.errors import checkpoint_error
+from trainer.forward import forward_logits
 from trainer.loss import token_loss_sum
 from trainer.train_state import capture_rng, restore_rng
 
@@ -106,8 +107,6 @@ def probe_loss(run: Any) -> float | None:
     """Loss per label token of the probe batch; None under pipeline parallelism."""
     if run.pipeline is not None:
         return None
-    from trainer.finetune import forward_logits  # finetune imports this module
-
     rng = capture_rng()
     was_training = run.model.training
     run.model.train(False)
