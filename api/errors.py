@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobs.recipe.errors import FieldError
-from jobs.recipe.schema_errors import request_field_errors
+from jobs.recipe.load.schema_errors import request_field_errors
 
 log = logging.getLogger("tuneyard.api")
 

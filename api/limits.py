@@ -8,7 +8,7 @@ as they arrive, so reading stops at the limit instead of after the whole upload.
 `BoundedJsonRoute` parses JSON bodies so that every number stays a value the recipe bounds
 can judge: an integer of thousands of digits becomes a `Refused` marker (Python's parser
 would raise, and FastAPI answer a bare 400), and `NaN`/`Infinity`, which Python accepts but
-JSON does not, become markers too. `jobs.recipe.bounds.check_bounds` then reports them at
+JSON does not, become markers too. `jobs.recipe.load.bounds.check_bounds` then reports them at
 their field, as it does for the same values written in YAML.
 """
 
@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_body
-from jobs.recipe.bounds import Refused, bounded_int
+from jobs.recipe.load.bounds import Refused, bounded_int
 
 TOO_LARGE = "content_too_large"
 

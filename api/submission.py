@@ -22,10 +22,10 @@ from sqlalchemy.orm import Session
 from api.errors import InvalidRequest
 from api.schemas import JobCreate
 from jobs.broker import dispatch_new_job
-from jobs.recipe.bounds import check_bounds
 from jobs.recipe.errors import FieldError
-from jobs.recipe.requirements import requirement_errors
-from jobs.recipe.scope import JobScope
+from jobs.recipe.load.bounds import check_bounds
+from jobs.recipe.paths.scope import JobScope
+from jobs.recipe.plan.requirements import requirement_errors
 from jobs.recipe.validation import validate_job
 from jobs.store import queries as store
 from jobs.store.api_keys import Principal

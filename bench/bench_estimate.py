@@ -66,7 +66,7 @@ GRID = [
 ]
 
 
-# Configs the constants in jobs.recipe.estimate were not fitted on (`--grid held-out`).
+# Configs the constants in jobs.recipe.plan.estimate were not fitted on (`--grid held-out`).
 HELD_OUT = [Case("M", True, True, 1), Case("S", False, False, 2), Case("L", True, False, 1)]
 
 

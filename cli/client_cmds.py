@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli.http_client import DEFAULT_URL, ClientError, CliExitCode, TuneyardClient, items_of
-from jobs.recipe.overrides import override_texts
+from jobs.recipe.load.overrides import override_texts
 from jobs.store.status import SETTLED, TERMINAL, JobStatus
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def print_json(data: Any) -> None:
 
 def override_strings(tokens: list[str]) -> list[str]:
     """CLI override tokens as the API's `a.b=v` strings; malformed ones refused before any
-    request, with the validator's own errors (the grammar is `jobs.recipe.overrides`')."""
+    request, with the validator's own errors (the grammar is `jobs.recipe.load.overrides`')."""
     texts, errors = override_texts(tokens)
     if errors:
         raise ClientError("invalid overrides:", CliExitCode.REFUSED, [e.to_dict() for e in errors])

@@ -17,8 +17,8 @@ from typing import Any
 
 import typer
 
-from jobs.recipe.memory_fit import parse_memory_size
-from jobs.recipe.requirements import local_requirement_warnings
+from jobs.recipe.plan.memory_fit import parse_memory_size
+from jobs.recipe.plan.requirements import local_requirement_warnings
 from jobs.recipe.validation import ValidationResult, validate_job
 
 EXIT_INVALID = 2

@@ -23,8 +23,8 @@ from typing import Any
 
 from torch import nn
 
+from jobs.recipe.plan.flops import model_flops_per_token
 from models import registry
-from models.common.flops import model_flops_per_token
 from models.common.parallelize import DENSE_PLAN, ParallelPlan
 from models.common.wrappers import unwrap_model
 

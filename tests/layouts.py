@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.recipe.distributed_section import setup_from_section
+from jobs.recipe.topology.section import setup_from_section
 from jobs.recipe.typed import Topology, build_topology
 from jobs.recipe.validation import Resources
 

@@ -1,7 +1,7 @@
 """Builders: the typed recipe's sub-objects turned into torch objects, through the allowlist.
 
 Each builder takes the sub-object it needs (a `TargetCall`, the `DataLoader` or `Peft`
-section), never the whole recipe. Every `_target_` goes through `jobs.recipe.targets.build`
+section), never the whole recipe. Every `_target_` goes through `jobs.recipe.targets.allowlist.build`
 (the only place a name becomes a callable); the trainer injects what only it knows (the
 tokenizer, the parameters, the optimizer, `max_steps`). Validation already refused what the
 trainer cannot run; what is left surfaces here as `TrainerError`s about the data: a
@@ -19,9 +19,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from jobs.recipe import targets
 from jobs.recipe.errors import RecipeInvalid
 from jobs.recipe.exit_codes import ExitCode
+from jobs.recipe.targets import allowlist as targets
 from jobs.recipe.typed import DataLoader as LoaderSpec
 from jobs.recipe.typed import PackedSequence, Peft, Recipe, TargetCall
 from trainer.data.collate import Collator, PackedDataset
@@ -30,7 +30,7 @@ from trainer.errors import TrainerError, data_error
 
 
 def build_target(call: TargetCall, loc: str, **injected: Any) -> Any:
-    """`jobs.recipe.targets.build`, with recipe errors and user-input errors mapped to exit codes.
+    """`jobs.recipe.targets.allowlist.build`, with recipe errors and user-input errors mapped to exit codes.
 
     A callable refusing its arguments is a recipe error (exit 2); a dataset or model that
     cannot read its files is a data error (exit 3).

@@ -30,7 +30,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
 
-from jobs.recipe.pipeline_rules import split_error, stage_count
+from jobs.recipe.topology.pipeline import split_error, stage_count
 from models import hooks
 from models.common.pipeline_split import split_model, stage_layer_ranges
 from trainer.distributed import Topology, all_reduce_sum

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from jobs.recipe import targets
+from jobs.recipe.targets import allowlist as targets
 from jobs.recipe.typed import Checkpoint as CheckpointSpec
 from jobs.recipe.typed import Recipe, StepScheduler
 from models.common import shard_load

@@ -1,6 +1,6 @@
 """Experiment trackers rank 0 logs to besides `metrics.jsonl`: Weights & Biases and MLflow.
 
-A recipe's `wandb:` / `mlflow:` section (`jobs.recipe.trackers`) opens one tracker each on
+A recipe's `wandb:` / `mlflow:` section (`jobs.recipe.sections.trackers`) opens one tracker each on
 rank 0 (`open_trackers`); `trainer.metrics.RunLog` hands it every train and validation
 record it writes and finishes it with the run's outcome. The packages are optional and
 imported here, inside the tracker, only when a recipe asks for one: a missing package is
@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 from jobs.recipe.exit_codes import ExitCode
 from jobs.recipe.metrics_sample import MetricKind, fields_of
-from jobs.recipe.trackers import Mlflow, Wandb
+from jobs.recipe.sections.trackers import Mlflow, Wandb
 from jobs.recipe.typed import Recipe
 from trainer.errors import TrainerError
 

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-from jobs.recipe.memory_fit import parse_memory_size
-from jobs.recipe.requirements import worker_packages
+from jobs.recipe.plan.memory_fit import parse_memory_size
+from jobs.recipe.plan.requirements import worker_packages
 from jobs.store.engine import session_scope
 from jobs.store.leases import record_heartbeat
 from worker import health

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from jobs.orchestration.states import transition
-from jobs.recipe.requirements import missing_packages
+from jobs.recipe.plan.requirements import missing_packages
 from jobs.store.leases import Claim, claim_of, lease_until, take_gang_slot
 from jobs.store.queries import lock_job
 from jobs.store.status import JobStatus

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from jobs.recipe.plain import LEAVES, field_names
-from jobs.recipe.trackers import Mlflow, Wandb
+from jobs.recipe.load.plain import LEAVES, field_names
+from jobs.recipe.sections.trackers import Mlflow, Wandb
 
 FORMAT = 2  # bump when a field changes meaning or is added; from_json refuses other formats
 # Fields added since an older format, with the value that format meant: a stored recipe of
@@ -214,7 +214,7 @@ class SpikeRule:
 
 @dataclass(frozen=True)
 class Recovery:
-    """`recovery:` (see `jobs.recipe.recovery`); the default fails at a non-finite loss."""
+    """`recovery:` (see `jobs.recipe.sections.recovery`); the default fails at a non-finite loss."""
 
     on_nan: str = "fail"  # "fail" or "rollback"
     on_spike: SpikeRule | None = None

@@ -1,8 +1,8 @@
 """`validate_job`: the one check every job passes before it is queued or trained.
 
 It loads a recipe (dict, YAML/JSON text or a file), applies command-line overrides, checks
-every section against the schema (`jobs.recipe.schema`), the `_target_` allowlist
-(`jobs.recipe.targets`), the topology rules (`jobs.recipe.distributed`), the model's capabilities
+every section against the schema (`jobs.recipe.load.schema`), the `_target_` allowlist
+(`jobs.recipe.targets.allowlist`), the topology rules (`jobs.recipe.topology.setup`), the model's capabilities
 (`models.registry`, torch-free), the allowed filesystem roots and the batch arithmetic, and
 returns a `ValidationResult`: all errors at once, the warnings (what was accepted but is not
 used), the normalized recipe the trainer reads,
@@ -20,19 +20,19 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from jobs.recipe.automodel_sections import is_family_refusal
-from jobs.recipe.bounds import check_bounds
-from jobs.recipe.distributed import DistributedSetup
+from jobs.recipe.automodel.sections import is_family_refusal
 from jobs.recipe.errors import FieldError, RecipeInvalid
-from jobs.recipe.memory_fit import fit_check
-from jobs.recipe.normalize import normalize_recipe
-from jobs.recipe.overrides import apply_overrides, parse_overrides
-from jobs.recipe.plan import build_plan
-from jobs.recipe.schema_errors import field_errors
-from jobs.recipe.scope import JobScope
+from jobs.recipe.load.bounds import check_bounds
+from jobs.recipe.load.normalize import normalize_recipe
+from jobs.recipe.load.overrides import apply_overrides, parse_overrides
+from jobs.recipe.load.schema_errors import field_errors
+from jobs.recipe.load.yaml_loader import LimitExceeded, load_yaml
+from jobs.recipe.paths.scope import JobScope
+from jobs.recipe.plan.memory_fit import fit_check
+from jobs.recipe.plan.plan import build_plan
 from jobs.recipe.settings import RecipeSettings
+from jobs.recipe.topology.setup import DistributedSetup
 from jobs.recipe.typed import Recipe, build_recipe, is_stored_recipe, recipe_sections
-from jobs.recipe.yaml_loader import LimitExceeded, load_yaml
 from models.registry import capabilities_for
 
 FILE_LOC = "<recipe>"
@@ -81,7 +81,7 @@ class ValidationResult:
 def load_recipe(
     recipe: dict[str, Any] | str | Path,
 ) -> tuple[dict[str, Any] | None, list[FieldError]]:
-    """A recipe dict from a dict, YAML/JSON text, or a file path, within `jobs.recipe.bounds`.
+    """A recipe dict from a dict, YAML/JSON text, or a file path, within `jobs.recipe.load.bounds`.
     A dict is copied: normalization edits the copy, never the caller's dict."""
     if isinstance(recipe, dict):  # checked before copying: a deep one would crash deepcopy
         out_of_bounds = check_bounds(recipe)
@@ -197,7 +197,7 @@ def validate_job(
     `allow_remote_code` is the project's grant; the operator's (`settings`) also allows it.
     `scope` is the caller's project (the server's): run-dir paths stay in its own runs.
     `device_memory` (bytes per device, the queue's workers' or a declared one) refuses a
-    job whose memory estimate cannot fit (`jobs.recipe.memory_fit`); `flops_per_rank` is
+    job whose memory estimate cannot fit (`jobs.recipe.plan.memory_fit`); `flops_per_rank` is
     the queue's learned throughput behind the estimate's time. A dict `recipe` is copied,
     never changed.
     """

@@ -71,7 +71,7 @@ def json_text(value: Any) -> str:
 
 
 def json_value(text: str | bytes) -> Any:
-    """A JSON column's value. Stored numbers are int64-bounded (`jobs.recipe.bounds`), which
+    """A JSON column's value. Stored numbers are int64-bounded (`jobs.recipe.load.bounds`), which
     orjson reads exactly; what it refuses (a `NaN` token in an old SQLite row) is read by
     the standard library."""
     try:

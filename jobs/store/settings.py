@@ -19,7 +19,7 @@ from jobs.recipe.settings import RecipeSettings, hub_offline_from_env
 
 class Settings(RecipeSettings):
     # A server whose workers cannot download (HF_HUB_OFFLINE=1, or TUNEYARD_HUB_OFFLINE)
-    # refuses hub names its cache lacks (`jobs.recipe.hub_offline`).
+    # refuses hub names its cache lacks (`jobs.recipe.model.hub`).
     hub_offline: bool = hub_offline_from_env()
     database_url: str | None = None
     broker_url: str | None = None

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from jobs.recipe.plan.windows import layer_sliding_window
 from models.common.rope import RotaryEmbedding, apply_rotary, head_dim_of
-from models.common.windows import layer_sliding_window
 
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu,

@@ -17,7 +17,7 @@ import pytest
 from cli.client_cmds import override_strings, report_error
 from cli.http_client import ClientError, CliExitCode, error_from_response, items_of
 from jobs.recipe.errors import RecipeInvalid
-from jobs.recipe.overrides import parse_overrides
+from jobs.recipe.load.overrides import parse_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,8 @@ violation, so a new dependency between rooms is a decision made here, not an acc
   or the torch stack: the API image carries no torch, the worker runs the trainer as a
   subprocess.
 - `trainer` imports `jobs.recipe` only of `jobs`, and knows nothing of the database, the
-  broker or HTTP. `models` imports no tuneyard room but its own.
+  broker or HTTP. `models` imports no tuneyard room but its own and the contract's torch-free counts
+  (`jobs.recipe.plan`: FLOPs per token, which layers attend through a window).
 - `cli` imports the contract and the status list at start-up, everything else lazily, so
   `tuneyard validate` stays fast.
 Imports under `if TYPE_CHECKING:` are not runtime imports and are skipped.
@@ -53,10 +54,7 @@ def allow(module_level: set[str], lazy: set[str] = frozenset()) -> Allowed:
 
 
 ALLOWED: dict[str, Allowed] = {
-    # models.common.flops: the torch-free weight counts and FLOPs (no torch import)
-    "jobs/recipe": allow(
-        {*PYDANTIC, "yaml", "jobs.recipe", "models.registry", "models.common.flops"}
-    ),
+    "jobs/recipe": allow({*PYDANTIC, "yaml", "jobs.recipe", "models.registry"}),
     # orjson: the engine's JSON column codec (a submit writes a few KB of JSON)
     "jobs/store": allow({"sqlalchemy", "orjson", "jobs.store", *JOBS_RECIPE}, {"alembic"}),
     "jobs/orchestration": allow({"sqlalchemy", "jobs.orchestration", "jobs.store", *JOBS_RECIPE}),
@@ -126,6 +124,8 @@ ALLOWED: dict[str, Allowed] = {
             "transformers",
             "safetensors",
             "numpy",
+            # the contract's torch-free counts: FLOPs per token, sliding-window layers
+            "jobs.recipe.plan",
             "models.registry",
             "models.common",
             "models.hooks",

@@ -1,7 +1,7 @@
 """Hub datasets: a recipe's `org/name` turned into rows, from the Hugging Face hub or its cache.
 
 A dataset field that names no local file or directory but reads as a hub name (the same rule
-`jobs.recipe.paths` validates with) is resolved here: `snapshot_download` finds the repo's
+`jobs.recipe.paths.roots` validates with) is resolved here: `snapshot_download` finds the repo's
 snapshot directory (downloading it when online; only the local cache when `HF_HUB_OFFLINE` or
 `HF_DATASETS_OFFLINE` is set), and `datasets.load_dataset` reads one split of it (`train`,
 `validation`, or a slice such as `train[:100]`). Loading the snapshot directory rather than the
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jobs.recipe.paths import is_hub_name
+from jobs.recipe.paths.roots import is_hub_name
 from trainer.errors import data_error
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")

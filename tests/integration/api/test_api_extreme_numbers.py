@@ -20,7 +20,7 @@ import pytest
 import yaml
 from sqlalchemy import func, select
 
-from jobs.recipe.schema import FIXED_SECTIONS, PeftSection
+from jobs.recipe.load.schema import FIXED_SECTIONS, PeftSection
 from jobs.store.tables import Job, Project
 
 EXTREMES: list[Any] = [

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 
 # What a rank must never import when it runs a stored recipe: the code that validates.
 VALIDATING_MODULES = {
-    "jobs.recipe.validation", "jobs.recipe.normalize", "jobs.recipe.schema",
-    "jobs.recipe.checks", "jobs.recipe.distributed_section", "jobs.recipe.model_config",
+    "jobs.recipe.validation", "jobs.recipe.load.normalize", "jobs.recipe.load.schema",
+    "jobs.recipe.paths.data", "jobs.recipe.plan.batches", "jobs.recipe.sections.values", "jobs.recipe.topology.section", "jobs.recipe.model.config",
 }  # fmt: skip
 SITECUSTOMIZE = """
 import atexit, os, sys

@@ -166,7 +166,7 @@ def test_stale_workers_are_marked_lost(project_id):
 
 
 def test_a_worker_advertises_the_optional_packages_it_can_import(project_id):
-    from jobs.recipe.requirements import importable
+    from jobs.recipe.plan.requirements import importable
     from worker.config import WorkerConfig
     from worker.state import WorkerState
 

@@ -40,7 +40,7 @@ def test_ep_reasons_name_the_problem():
     [({"ep_size": 2, "tp_size": 2}, 4), ({"ep_size": 2}, 4), ({"ep_size": 2}, 1)],
 )
 def test_ep_not_spanning_the_dp_ranks_is_refused_at_submit(distributed, world):
-    from jobs.recipe.trainer_support import check_trainer_support
+    from jobs.recipe.topology.trainer_support import check_trainer_support
 
     tp = int(distributed.get("tp_size", 1))
     section = {"strategy": "fsdp2", "dp_size": world // tp, **distributed}

@@ -19,8 +19,7 @@ import pytest
 import tiny_model_configs
 from _deepseek_v3_worker import tiny_config as deepseek_config
 
-from models import registry
-from models.common.flops import (
+from jobs.recipe.plan.flops import (
     FAMILY_WEIGHTS,
     family_of,
     flops_breakdown,
@@ -29,6 +28,7 @@ from models.common.flops import (
     model_weights,
     param_count,
 )
+from models import registry
 
 CONFIGS = {
     "llama": lambda: tiny_model_configs.make_config("llama"),
@@ -80,7 +80,7 @@ def test_unregistered_architecture_counts_llama_style():
 
 
 def test_counting_needs_no_torch():
-    code = "import sys, models.common.flops; print('torch' in sys.modules)"
+    code = "import sys, jobs.recipe.plan.flops; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

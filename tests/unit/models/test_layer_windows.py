@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from models.common.flops import _attention_flops, flops_breakdown
-from models.common.windows import layer_sliding_window
+from jobs.recipe.plan.flops import _attention_flops, flops_breakdown
+from jobs.recipe.plan.windows import layer_sliding_window
 
 CASES = [
     ("Gemma2Config", {"model_type": "gemma2", "num_hidden_layers": 7, "sliding_window": 512}),

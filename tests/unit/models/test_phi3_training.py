@@ -15,7 +15,7 @@ from family_checks import assert_registry_row_agrees, train_losses
 from phi3_tiny import ORIGINAL, VOCAB, phi3_config
 from safetensors import safe_open
 
-from jobs.recipe.model_config import capability_errors
+from jobs.recipe.model.config import capability_errors
 from models import AutoModelForCausalLM
 from models.hooks import decoder_layers
 from models.phi3.model import Phi3ForCausalLM

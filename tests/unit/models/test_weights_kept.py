@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models.common.flops import model_weights, param_count
+from jobs.recipe.plan.flops import model_weights, param_count
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512,
          "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from jobs.recipe.exit_codes import ExitCode
-from jobs.recipe.requirements import importable
-from jobs.recipe.targets import TARGETS, load_callable
+from jobs.recipe.plan.requirements import importable
+from jobs.recipe.targets.allowlist import TARGETS, load_callable
 from jobs.recipe.typed import TargetCall
 from trainer.errors import TrainerError
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.common.flops import model_flops_per_token
+from jobs.recipe.plan.flops import model_flops_per_token
 from trainer import metrics
 from trainer.assets import tiny_llama_config
 

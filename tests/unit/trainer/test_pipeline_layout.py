@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
 
-from jobs.recipe.distributed import PipelineConfig
-from jobs.recipe.pipeline_rules import LOOPED_SCHEDULES, SINGLE_STAGE_SCHEDULES
+from jobs.recipe.topology.pipeline import LOOPED_SCHEDULES, SINGLE_STAGE_SCHEDULES
+from jobs.recipe.topology.setup import PipelineConfig
 from trainer.errors import TrainerError
 from trainer.pipeline import clip_stage_grad_norm, stage_layout
 

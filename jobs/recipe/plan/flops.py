@@ -1,0 +1,182 @@
+"""Parameter counts and training FLOPs per token from a model config, torch-free.
+
+Each native family lists its weights from the config alone (`family_weights`, keyed by the
+registry row's `family`): every tensor's shape, how many the model holds, and how many of
+them one token passes through (for MoE, the routed experts it visits). From that list come
+the exact parameter count the native class builds (`param_count`, tested against
+`sum(p.numel())` for every registered family), the LoRA adapter sizes (`lora_params`) and
+the FLOPs per token behind MFU and the plan's time estimate (`model_flops_per_token`).
+Architectures without a native class are counted as Llama-style (config arithmetic).
+Validation imports this module without torch; it reads a transformers config or the same
+fields as a plain dict.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from jobs.recipe.plan.family_weights import FAMILY_WEIGHTS, Weight, cfg, dense_weights
+from jobs.recipe.plan.windows import layer_sliding_window
+from models.registry import entry_for_model_type, get_entry
+
+__all__ = [
+    "FAMILY_WEIGHTS",
+    "FlopsBreakdown",
+    "LoraSpec",
+    "Weight",
+    "family_of",
+    "flops_breakdown",
+    "lora_params",
+    "model_flops_per_token",
+    "model_weights",
+    "param_count",
+]
+
+
+def family_of(config: Any) -> str | None:
+    """The registry family of a config (its first architecture, else its model_type)."""
+    archs = cfg(config, "architectures") or []
+    entry = get_entry(archs[0]) if isinstance(archs, list) and archs else None
+    model_type = cfg(config, "model_type")
+    if entry is None and isinstance(model_type, str):
+        entry = entry_for_model_type(model_type)
+    return entry.family if entry else None
+
+
+def model_weights(config: Any, family: str | None = None) -> list[Weight]:
+    """Every weight of the model `config` describes; `family` is the registry row's (read
+    from the config when not given). Unregistered families are counted Llama-style.
+
+    A plain-dict config's list is kept by its content: a submit asks for it three times
+    (parameter count, FLOPs, memory estimate), and every job of one model the same."""
+    family = family or family_of(config)
+    key = _content_key(config, family) if isinstance(config, dict) else None
+    kept = _WEIGHTS.get(key) if key is not None else None
+    if kept is not None:
+        return list(kept)
+    build: Callable[[Any], list[Weight]] = FAMILY_WEIGHTS.get(family or "", dense_weights)
+    weights = build(config)
+    if key is not None:
+        if len(_WEIGHTS) >= _WEIGHTS_KEPT:
+            _WEIGHTS.clear()
+        _WEIGHTS[key] = tuple(weights)
+    return weights
+
+
+_WEIGHTS: dict[str, tuple[Weight, ...]] = {}
+_WEIGHTS_KEPT = 256
+
+
+def _content_key(config: dict[str, Any], family: str | None) -> str | None:
+    try:
+        return json.dumps([config, family], sort_keys=True, allow_nan=True)
+    except (TypeError, ValueError):  # not JSON-like (non-string keys, objects): not kept
+        return None
+
+
+def param_count(config: Any, family: str | None = None) -> int:
+    """Parameters the model holds (tied embeddings counted once)."""
+    return sum(w.total for w in model_weights(config, family))
+
+
+def _targeted(weight: Weight, targets: list[str] | None, exclude: list[str] | None) -> bool:
+    """Whether a LoRA adapter wraps this weight, as the trainer's peft setup matches names:
+    every linear layer but the lm_head for `match_all_linear` (no `targets`), else a plain
+    name matches the last name part and a glob the full module name."""
+    if weight.kind != "linear" or weight.name == "lm_head":
+        return False
+    leaf = weight.name.rsplit(".", 1)[-1]
+    full = f"model.layers.0.{weight.name}"
+
+    def matches(pattern: str) -> bool:
+        return fnmatch.fnmatchcase(full, pattern) if set("*?[") & set(pattern) else leaf == pattern
+
+    if exclude and any(matches(p) for p in exclude):
+        return False
+    return not targets or any(matches(p) for p in targets)
+
+
+def lora_params(
+    weights: list[Weight],
+    rank: int,
+    targets: list[str] | None = None,
+    exclude: list[str] | None = None,
+) -> tuple[int, int]:
+    """(adapter parameters in the model, adapter parameters one token passes through)."""
+    total = active = 0
+    for weight in weights:
+        if _targeted(weight, targets, exclude):
+            size = rank * (weight.shape[0] + weight.shape[1])
+            total, active = total + size * weight.count, active + size * weight.per_token
+    return total, active
+
+
+# LoRA as the recipe's peft section gives it: rank, target_modules, exclude_modules.
+LoraSpec = tuple[int, list[str] | None, list[str] | None]
+
+
+@dataclass(frozen=True)
+class FlopsBreakdown:
+    """Training FLOPs per token: weight matmuls, attention scores, LoRA adapters."""
+
+    matmul: float
+    attention: float
+    adapters: float
+
+    @property
+    def total(self) -> float:
+        return self.matmul + self.attention + self.adapters
+
+
+def _attention_flops(config: Any, seq_len: int) -> float:
+    """Forward FLOPs per token of the score (q.k) and value (p.v) matmuls over `seq_len`
+    keys (no causal halving, the convention published MFU figures use); a sliding-window
+    layer's tokens see at most its window of keys."""
+    layers = int(cfg(config, "num_hidden_layers"))
+    keys = sum(min(seq_len, layer_sliding_window(config, i) or seq_len) for i in range(layers))
+    heads = int(cfg(config, "num_attention_heads"))
+    head_dim = int(cfg(config, "head_dim") or int(cfg(config, "hidden_size")) // heads)
+    nope, rope = cfg(config, "qk_nope_head_dim"), cfg(config, "qk_rope_head_dim")
+    qk_dim = int(nope) + int(rope) if nope and rope else head_dim
+    v_dim = int(cfg(config, "v_head_dim") or head_dim)
+    return float(2 * heads * (qk_dim + v_dim) * keys)
+
+
+def flops_breakdown(
+    config: Any,
+    seq_len: int,
+    family: str | None = None,
+    lora: LoraSpec | int | None = None,
+) -> FlopsBreakdown:
+    """Training FLOPs per token. Full fine-tuning: 3 x forward (forward, input gradient,
+    weight gradient) for every matmul a token passes through. LoRA (`lora` = rank, targets,
+    excluded): the frozen base runs forward and input gradient only (2 x forward), the
+    adapters all three; attention scores have no weights and cost 3 x forward either way.
+    `lora` is (rank, target_modules, exclude_modules) as the recipe gives them, or the
+    number of adapter parameters a token passes through (counted on a built model)."""
+    weights = model_weights(config, family)
+    forward = sum(2 * w.matmul_per_token for w in weights)
+    attention = 3 * _attention_flops(config, seq_len)
+    if lora is None:
+        return FlopsBreakdown(3.0 * forward, attention, 0.0)
+    if isinstance(lora, int):
+        active = lora
+    else:
+        rank, targets, exclude = lora
+        _, active = lora_params(weights, rank, targets, exclude)
+    return FlopsBreakdown(2.0 * forward, attention, 6.0 * active)
+
+
+def model_flops_per_token(
+    config: Any,
+    seq_len: int,
+    family: str | None = None,
+    lora: LoraSpec | int | None = None,
+) -> float:
+    """Training FLOPs per token (see `flops_breakdown`); the embedding lookup gathers rows
+    rather than multiplying and is left out, the lm_head is counted."""
+    return flops_breakdown(config, seq_len, family, lora).total

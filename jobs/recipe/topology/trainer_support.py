@@ -1,0 +1,207 @@
+"""What tuneyard's trainer can run: every refusal it would make for a recipe, made at submit.
+
+A job that validates must run: a recipe the trainer cannot train is refused here, at the
+field to change, before it is stored, queued or given a GPU. Each rule below has a test
+that names the trainer code it stands for (tests/unit/jobs/recipe/test_trainer_support.py
+walks the trainer for its refusal sites and fails when one has no rule here).
+
+`check_trainer_support` takes the normalized recipe (sections with every default filled)
+and the job's accelerator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.recipe.errors import FieldError
+from jobs.recipe.topology.pipeline import parallel_size, pipeline_errors
+
+BACKEND_OF = {"cuda": "nccl", "cpu": "gloo"}
+NOT_YET = "is not supported by tuneyard's trainer yet"
+
+
+def check_trainer_support(recipe: dict[str, Any], accelerator: str) -> list[FieldError]:
+    distributed = recipe.get("distributed") or {}
+    return [
+        *_parallelism_errors(distributed, accelerator),
+        *_context_parallel_errors(recipe, distributed),
+        *pipeline_errors(recipe),
+        *_expert_parallel_errors(distributed),
+        *_peft_errors(recipe.get("peft") is not None, distributed),
+        *_checkpoint_errors(recipe.get("checkpoint") or {}),
+        *_quantization_errors(recipe, accelerator),
+        *_backend_errors(recipe.get("dist_env") or {}, accelerator),
+    ]
+
+
+def _parallelism_errors(distributed: dict[str, Any], accelerator: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    strategy = distributed.get("strategy")
+    if strategy == "megatron_fsdp":
+        errors.append(_megatron_fsdp_error(accelerator))
+    elif strategy not in (None, "fsdp2", "ddp"):
+        msg = f"strategy {strategy!r} {NOT_YET}"
+        errors.append(FieldError("distributed.strategy", msg, "use strategy: fsdp2 or ddp"))
+    if strategy == "ddp" and parallel_size(distributed, "tp_size") > 1:
+        msg = "DDP replicates whole models and cannot shard them for tensor parallelism"
+        errors.append(FieldError("distributed.tp_size", msg, "use strategy: fsdp2 or tp_size: 1"))
+    return errors
+
+
+def _context_parallel_errors(
+    recipe: dict[str, Any], distributed: dict[str, Any]
+) -> list[FieldError]:
+    """What context parallelism (`trainer.context_parallel`) does not combine with.
+
+    It runs in the native attention layers only, and shards the student's batch under
+    FSDP2: the Hugging Face classes (no native attention) and distillation (the teacher
+    would see a slice) are refused, and so are torch.compile and pipeline and expert
+    parallelism, not yet proven with it (tensor parallelism, LoRA and packing are)."""
+    if parallel_size(distributed, "cp_size") == 1:
+        return []
+    fix = "set distributed.cp_size: 1 or change {loc}"
+    return [
+        FieldError(loc, msg, fix.format(loc=loc))
+        for loc, msg in _context_parallel_conflicts(recipe, distributed)
+    ]
+
+
+def _context_parallel_conflicts(
+    recipe: dict[str, Any], distributed: dict[str, Any]
+) -> list[tuple[str, str]]:
+    model = recipe.get("model") or {}
+    attn = model.get("attn_implementation")
+    no_cp_attention = "which has no context-parallel attention (the native attention is sdpa)"
+    conflicts = [
+        (
+            "recipe",
+            recipe.get("recipe") == "llm_kd",
+            "distillation's teacher runs on whole rows; context parallelism shards the student's",
+        ),
+        (
+            "model.force_hf",
+            bool(model.get("force_hf")),
+            f"force_hf loads the Hugging Face class, {no_cp_attention}",
+        ),
+        (
+            "model.attn_implementation",
+            attn not in (None, "sdpa"),
+            f"attn_implementation {attn!r} loads the Hugging Face class, {no_cp_attention}",
+        ),
+        (
+            "compile.enabled",
+            bool((recipe.get("compile") or {}).get("enabled")),
+            f"torch.compile with context parallelism {NOT_YET}",
+        ),
+        *[
+            (
+                f"distributed.{key}",
+                parallel_size(distributed, key) > 1,
+                f"{what} with context parallelism {NOT_YET}",
+            )
+            for key, what in (
+                ("pp_size", "pipeline parallelism"),
+                ("ep_size", "expert parallelism"),
+            )
+        ],
+    ]
+    return [(loc, msg) for loc, refused, msg in conflicts if refused]
+
+
+def _megatron_fsdp_error(accelerator: str) -> FieldError:
+    """Megatron-FSDP keeps its parameter and gradient buffers on the current CUDA device
+    (its constructor asks `torch.cuda.current_device()`), so no CPU job can run it; on CUDA
+    the trainer does not wire its optimizer wrapper and DTensor state dicts into the
+    checkpointer, so the job is refused rather than accepted and failed on the worker."""
+    fix = "use strategy: fsdp2 (the same ZeRO-3 sharding of parameters, gradients and optimizer state)"
+    if accelerator != "cuda":
+        msg = (
+            f"megatron_fsdp runs on CUDA only (Megatron-FSDP's buffers live on the GPU); "
+            f"the job's accelerator is {accelerator}"
+        )
+    else:
+        msg = (
+            f"strategy 'megatron_fsdp' {NOT_YET}: Megatron-FSDP's optimizer wrapper and "
+            "state dicts are not connected to tuneyard's checkpointing"
+        )
+    return FieldError("distributed.strategy", msg, fix)
+
+
+def _expert_parallel_errors(distributed: dict[str, Any]) -> list[FieldError]:
+    """Experts are spread over all data-parallel ranks: ep == dp, with tp 1 and no replicas."""
+    ep = parallel_size(distributed, "ep_size")
+    if ep == 1:
+        return []
+    if distributed.get("strategy") != "fsdp2":
+        return [
+            FieldError(
+                "distributed.ep_size",
+                "expert parallelism needs strategy: fsdp2",
+                "set distributed.strategy: fsdp2 or ep_size: 1",
+            )
+        ]
+    dp, tp = distributed.get("dp_size"), parallel_size(distributed, "tp_size")
+    replicate = parallel_size(distributed, "dp_replicate_size")
+    if tp == 1 and replicate == 1 and dp == ep:
+        return []
+    msg = (
+        f"expert parallelism spreads experts over all data-parallel ranks: ep_size {ep} "
+        f"must equal dp_size ({dp}) with tp_size 1 and dp_replicate_size 1"
+    )
+    fix = f"set distributed.ep_size: {dp}" if tp == replicate == 1 else "set distributed.ep_size: 1"
+    return [FieldError("distributed.ep_size", msg, fix)]
+
+
+def _peft_errors(peft: bool, distributed: dict[str, Any]) -> list[FieldError]:
+    if not peft:
+        return []
+    errors = []
+    if parallel_size(distributed, "tp_size") > 1:
+        msg = f"LoRA with tensor parallelism {NOT_YET} (the adapters wrap the sharded projections)"
+        errors.append(
+            FieldError(
+                "distributed.tp_size", msg, "set distributed.tp_size: 1 or remove the peft section"
+            )
+        )
+    if parallel_size(distributed, "ep_size") > 1:
+        msg = "LoRA wraps the grouped expert tensors that expert parallelism spreads"
+        errors.append(
+            FieldError(
+                "distributed.ep_size", msg, "set distributed.ep_size: 1 or remove the peft section"
+            )
+        )
+    return errors
+
+
+def _checkpoint_errors(checkpoint: dict[str, Any]) -> list[FieldError]:
+    errors = []
+    if checkpoint.get("model_save_format", "safetensors") != "safetensors":
+        msg = (
+            f"model_save_format {checkpoint['model_save_format']!r} {NOT_YET}: checkpoints are "
+            "consolidated Hugging Face safetensors (loadable by transformers and peft)"
+        )
+        errors.append(
+            FieldError("checkpoint.model_save_format", msg, "set model_save_format: safetensors")
+        )
+    return errors
+
+
+def _quantization_errors(recipe: dict[str, Any], accelerator: str) -> list[FieldError]:
+    errors = []
+    for name, what in (("fp8", "FP8 training"), ("qat", "quantization-aware training")):
+        if not (recipe.get(name) or {}).get("enabled"):
+            continue
+        if accelerator != "cuda":
+            msg = f"{what} needs a CUDA accelerator (resources.accelerator: cuda), the job has {accelerator}"
+        else:
+            msg = f"{what} {NOT_YET} (it needs torchao's CUDA kernels, which the trainer does not wire)"
+        errors.append(FieldError(f"{name}.enabled", msg, f"set {name}.enabled: false"))
+    return errors
+
+
+def _backend_errors(dist_env: dict[str, Any], accelerator: str) -> list[FieldError]:
+    requested, actual = dist_env.get("backend"), BACKEND_OF.get(accelerator, "gloo")
+    if requested in (None, actual):
+        return []
+    msg = f"{requested} cannot run on {accelerator} (the trainer uses {actual} there)"
+    return [FieldError("dist_env.backend", msg, f"set dist_env.backend: {actual} or remove it")]

@@ -1,0 +1,156 @@
+"""A job's checkpoint and restore paths stay inside its own project's runs (issue 11, item 6).
+
+Run directories are `<runs_dir>/<job id>`; a `JobScope` says which ids are the caller's.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+
+import pytest
+from recipe_asserts import error_at
+
+from jobs.recipe.paths.scope import JobScope
+from jobs.recipe.validation import validate_job
+
+OURS, THEIRS = str(uuid.uuid4()), str(uuid.uuid4())
+
+
+@pytest.fixture
+def runs(settings):
+    runs = settings.resolved_runs_dir
+    for job in (OURS, THEIRS):
+        step = runs / job / "checkpoints" / "step_5"
+        step.mkdir(parents=True)
+        (step / "trainer_state.json").write_text("{}")
+        (runs / job / "checkpoints" / "step_10").mkdir()
+        (runs / job / "checkpoints" / "LATEST").write_text("step_10\n")
+    return runs
+
+
+@pytest.fixture
+def scope():
+    return JobScope(project="alpha", owns_job=lambda job: job == OURS)
+
+
+@pytest.fixture
+def scoped(settings, scope):
+    def run(recipe, job_scope=scope):
+        return validate_job(copy.deepcopy(recipe), settings=settings, scope=job_scope)
+
+    return run
+
+
+def test_checkpoint_dir_in_another_projects_run_is_refused(scoped, recipe, runs):
+    recipe["checkpoint"] = {"checkpoint_dir": str(runs / THEIRS / "checkpoints")}
+    error = error_at(scoped(recipe), "checkpoint.checkpoint_dir")
+    assert "alpha" in error.msg
+    recipe["checkpoint"] = {"checkpoint_dir": str(runs / OURS / "more")}
+    assert scoped(recipe).valid
+
+
+@pytest.mark.parametrize("where", ["", "not-a-job", "..x"])
+def test_checkpoint_dir_elsewhere_in_the_runs_dir_is_refused(scoped, recipe, runs, where):
+    recipe["checkpoint"] = {"checkpoint_dir": str(runs / where) if where else str(runs)}
+    error_at(scoped(recipe), "checkpoint.checkpoint_dir")
+
+
+def test_restore_path_in_another_projects_run_is_refused(scoped, recipe, runs):
+    recipe["restore_from"] = {"path": str(runs / THEIRS / "checkpoints" / "step_5")}
+    error_at(scoped(recipe), "restore_from.path")
+    recipe["restore_from"] = str(runs / OURS / "checkpoints" / "step_5")
+    assert scoped(recipe).valid
+
+
+def test_a_symlink_into_another_projects_run_is_refused(scoped, recipe, runs, ckpt_root):
+    (ckpt_root / "sneaky").symlink_to(runs / THEIRS / "checkpoints")
+    recipe["restore_from"] = {"path": str(ckpt_root / "sneaky" / "step_5")}
+    error_at(scoped(recipe), "restore_from.path")
+    recipe["restore_from"] = None
+    recipe["checkpoint"] = {"checkpoint_dir": str(ckpt_root / "sneaky")}
+    error_at(scoped(recipe), "checkpoint.checkpoint_dir")
+
+
+def test_data_paths_inside_another_projects_run_are_refused(settings, scope, recipe, runs):
+    """With the runs dir inside a data root, a model path could read another run's weights."""
+    settings = settings.model_copy(update={"data_roots": f"{settings.data_roots}:{runs}"})
+    (runs / THEIRS / "model").mkdir()
+    (runs / THEIRS / "model" / "config.json").write_text("{}")
+    recipe["model"]["pretrained_model_name_or_path"] = str(runs / THEIRS / "model")
+    result = validate_job(copy.deepcopy(recipe), settings=settings, scope=scope)
+    error_at(result, "model.pretrained_model_name_or_path")
+
+
+def test_without_a_scope_paths_are_only_root_checked(validate, recipe, runs):
+    recipe["restore_from"] = {"path": str(runs / THEIRS / "checkpoints" / "step_5")}
+    assert validate(recipe).valid
+
+
+def test_restore_from_a_job_and_step(scoped, recipe, runs):
+    recipe["restore_from"] = {"job": OURS, "step": 5}
+    result = scoped(recipe)
+    assert result.valid, result.errors
+    assert result.recipe["restore_from"] == {"path": str(runs / OURS / "checkpoints" / "step_5")}
+
+
+def test_restore_from_a_job_without_a_step_is_its_latest(scoped, recipe, runs):
+    recipe["restore_from"] = {"job": OURS}
+    result = scoped(recipe)
+    assert result.valid, result.errors
+    assert result.recipe["restore_from"]["path"] == str(runs / OURS / "checkpoints" / "step_10")
+
+
+def test_restore_from_a_job_uses_its_own_checkpoint_dir(scoped, recipe, runs, ckpt_root):
+    own = ckpt_root / "mine"
+    (own / "step_3").mkdir(parents=True)
+    (own / "LATEST").write_text("step_3")
+    scope = JobScope("alpha", lambda job: job == OURS, lambda job: str(own))
+    recipe["restore_from"] = {"job": OURS}
+    assert scoped(recipe, scope).recipe["restore_from"]["path"] == str(own / "step_3")
+
+
+@pytest.mark.parametrize("job", [THEIRS, str(uuid.uuid4()), "../x", OURS.upper()])
+def test_restore_from_a_foreign_or_unknown_job(scoped, recipe, runs, job):
+    recipe["restore_from"] = {"job": job, "step": 5}
+    error = error_at(scoped(recipe), "restore_from.job")
+    assert error.msg == f"no job {job} in project alpha"
+
+
+def test_restore_from_a_missing_step(scoped, recipe, runs):
+    recipe["restore_from"] = {"job": OURS, "step": 7}
+    error = error_at(scoped(recipe), "restore_from.step")
+    assert "step_5" in error.fix and "step_10" in error.fix
+
+
+def test_restore_from_a_job_without_checkpoints(scoped, recipe, runs):
+    (runs / OURS / "checkpoints" / "LATEST").unlink()
+    recipe["restore_from"] = {"job": OURS}
+    assert "no checkpoint" in error_at(scoped(recipe), "restore_from.job").msg
+
+
+def test_a_latest_pointer_that_walks_away_is_refused(scoped, recipe, runs):
+    (runs / OURS / "checkpoints" / "LATEST").write_text(f"../../{THEIRS}/checkpoints/step_5")
+    recipe["restore_from"] = {"job": OURS}
+    error_at(scoped(recipe), "restore_from.job")
+
+
+def test_restore_from_a_job_needs_the_server(validate, recipe, runs):
+    recipe["restore_from"] = {"job": OURS, "step": 5}
+    assert "server" in error_at(validate(recipe), "restore_from.job").fix
+
+
+@pytest.mark.parametrize(
+    ("value", "loc"),
+    [
+        ({"job": OURS, "path": "LATEST"}, "restore_from.job"),
+        ({"path": "LATEST", "step": 5}, "restore_from.step"),
+        ({"job": OURS, "step": 0}, "restore_from.step"),
+        ({"job": OURS, "step": "5"}, "restore_from.step"),
+        ({"job": 5}, "restore_from.job"),
+        ({}, "restore_from.path"),
+    ],
+)
+def test_restore_from_form_errors(scoped, recipe, runs, value, loc):
+    recipe["restore_from"] = value
+    error_at(scoped(recipe), loc)

@@ -1,0 +1,126 @@
+"""Pipeline layouts at submit: accepted for the families whose registry rows declare PP,
+refused for the others, and every combination the trainer cannot run refused at the field
+to change (jobs.recipe.topology.pipeline)."""
+
+from __future__ import annotations
+
+import pytest
+from recipe_asserts import TINY_LLAMA_CONFIG, error_at, write_model_dir
+
+from jobs.recipe.topology.pipeline import split_error, stage_count
+
+MOE_CONFIG = {
+    **TINY_LLAMA_CONFIG, "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+    "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+}  # fmt: skip
+FOUR_LAYERS = {**TINY_LLAMA_CONFIG, "num_hidden_layers": 4}
+
+
+def pp_recipe(recipe: dict, data_root, config: dict | None = None, **pipeline) -> dict:
+    if config is not None:
+        name = f"pp-{config['model_type']}-{config['num_hidden_layers']}"
+        name += "-tied" if config.get("tie_word_embeddings") else ""
+        recipe["model"]["pretrained_model_name_or_path"] = str(
+            write_model_dir(data_root / name, config)
+        )
+    recipe["distributed"].update(pp_size=2, **({"pipeline": pipeline} if pipeline else {}))
+    return recipe
+
+
+@pytest.mark.parametrize(
+    ("config", "pipeline", "nproc", "tp"),
+    [(None, {}, 2, 1), (None, {"pp_schedule": "gpipe", "pp_microbatch_size": 2}, 2, 1),
+     (FOUR_LAYERS, {"pp_schedule": "interleaved1f1b"}, 2, 1),
+     (FOUR_LAYERS, {"pp_schedule": "looped_bfs", "layers_per_stage": 1}, 2, 1),
+     (None, {}, 4, 2)],
+)  # fmt: skip
+def test_llama_pipeline_layouts_validate(validate, recipe, data_root, config, pipeline, nproc, tp):
+    recipe["distributed"]["tp_size"] = tp
+    result = validate(pp_recipe(recipe, data_root, config, **pipeline), nproc_per_node=nproc)
+    assert result.valid, [str(e) for e in result.errors]
+    assert result.typed.topology.mesh_shape["pp"] == 2
+
+
+def test_a_family_without_pp_keeps_its_capability_error(validate, recipe, data_root):
+    err = error_at(validate(pp_recipe(recipe, data_root, MOE_CONFIG), nproc_per_node=2),
+                   "distributed.pp_size")  # fmt: skip
+    assert "Qwen3MoeForCausalLM does not support pipeline parallelism" in err.msg
+    assert err.fix == "set distributed.pp_size: 1"
+
+
+CONFLICTS = [
+    ({"peft": {"dim": 4}}, "peft"),
+    ({"distributed": {"tp_size": 2, "sequence_parallel": True}}, "distributed.sequence_parallel"),
+    ({"checkpoint": {"is_async": True}}, "checkpoint.is_async"),
+    ({"compile": {"enabled": True}}, "compile.enabled"),
+    ({"model": {"force_hf": True}}, "model.force_hf"),
+    ({"model": {"attn_implementation": "flash_attention_2"}}, "model.attn_implementation"),
+]
+
+
+@pytest.mark.parametrize(("change", "loc"), CONFLICTS, ids=[c[1] for c in CONFLICTS])
+def test_what_stages_do_not_run_with_is_refused_at_its_field(
+    validate, recipe, data_root, change, loc
+):
+    recipe = pp_recipe(recipe, data_root)
+    for section, values in change.items():
+        recipe[section] = {**recipe.get(section, {}), **values}
+    nproc = 4 if recipe["distributed"].get("tp_size", 1) > 1 else 2
+    error = error_at(validate(recipe, nproc_per_node=nproc), loc)
+    assert "pipeline" in error.msg and "pp_size: 1" in error.fix
+
+
+def test_v_shaped_schedules_are_refused(validate, recipe, data_root):
+    recipe = pp_recipe(recipe, data_root, FOUR_LAYERS, pp_schedule="ZBVZeroBubble")
+    error = error_at(validate(recipe, nproc_per_node=2), "distributed.pipeline.pp_schedule")
+    assert "V-shaped" in error.msg and "interleaved1f1b" in error.fix
+
+
+def test_zero_bubble_is_refused(validate, recipe, data_root):
+    recipe = pp_recipe(recipe, data_root, FOUR_LAYERS, pp_schedule="InterleavedZeroBubble")
+    error = error_at(validate(recipe, nproc_per_node=2), "distributed.pipeline.pp_schedule")
+    assert "split weight gradients" in error.msg and "loopedbfs" in error.fix
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "msg"),
+    [({"pp_microbatch_size": 3}, "does not split"),  # local batch 4
+     ({"pp_microbatch_size": 4}, "at least pp_size")],  # one micro-batch, two stages
+)  # fmt: skip
+def test_micro_batches_must_fill_the_schedule(validate, recipe, data_root, pipeline, msg):
+    error = error_at(validate(pp_recipe(recipe, data_root, **pipeline), nproc_per_node=2),
+                     "distributed.pipeline.pp_microbatch_size")  # fmt: skip
+    assert msg in error.msg
+
+
+def test_gpipe_runs_a_single_micro_batch(validate, recipe, data_root):
+    recipe = pp_recipe(recipe, data_root, pp_schedule="gpipe", pp_microbatch_size=4)
+    assert validate(recipe, nproc_per_node=2).valid
+
+
+def test_the_model_config_must_split_into_the_stages(validate, recipe, data_root):
+    two_layers = pp_recipe(recipe, data_root, pp_schedule="interleaved1f1b")  # 4 stages
+    error = error_at(
+        validate(two_layers, nproc_per_node=2), "distributed.pipeline.layers_per_stage"
+    )
+    assert "cannot fill 4 stages" in error.msg
+
+
+def test_tied_embeddings_are_refused_from_the_config(validate, recipe, data_root):
+    tied = {**TINY_LLAMA_CONFIG, "tie_word_embeddings": True}
+    result = validate(pp_recipe(recipe, data_root, tied), nproc_per_node=2)
+    assert "ties lm_head" in error_at(result, "distributed.pp_size").msg
+
+
+def test_stage_counts_per_schedule():
+    assert stage_count("1f1b", 2, 8, {}) == (2, None)
+    assert stage_count("interleaved1f1b", 2, 8, {}) == (4, None)
+    assert stage_count("interleaved1f1b", 2, 8, {"layers_per_stage": 1}) == (8, 1)
+    rounding = {"layers_per_stage": 2, "round_virtual_stages_to_pp_multiple": "up"}
+    assert stage_count("loopedbfs", 4, 12, rounding) == (8, None)  # 6 stages -> 8, even split
+    assert stage_count(
+        "loopedbfs", 4, 12, {**rounding, "round_virtual_stages_to_pp_multiple": "down"}
+    ) == (4, None)
+    assert split_error("loopedbfs", 4, 12, {"layers_per_stage": 2}) is not None  # 6 stages
+    assert split_error("1f1b", 2, 4, {"layers_per_stage": 1}) is not None
+    assert split_error("1f1b", 2, 4, {"layers_per_stage": 2}) is None
