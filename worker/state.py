@@ -25,6 +25,7 @@ from jobs.recipe.plan.memory_fit import parse_memory_size
 from jobs.recipe.plan.requirements import worker_packages
 from jobs.store.engine import session_scope
 from jobs.store.leases import record_heartbeat
+from jobs.store.status import WorkerStatus
 from worker import health
 from worker.config import WorkerConfig, get_worker_config
 from worker.gpu_slices import GpuSlices
@@ -116,9 +117,9 @@ class WorkerState:
             with self._lock:
                 self._running.discard(job_id)
 
-    def beat(self, status: str | None = None) -> None:
+    def beat(self, status: WorkerStatus | None = None) -> None:
         resources = self.resources()
-        status = status or ("busy" if resources["running"] else "online")
+        status = status or (WorkerStatus.BUSY if resources["running"] else WorkerStatus.ONLINE)
         with session_scope() as session:
             record_heartbeat(
                 session, self.name, ",".join(self.config.queue_list()), resources, status
@@ -143,7 +144,7 @@ class WorkerState:
     def stop_heartbeat(self) -> None:
         self._stop.set()
         with contextlib.suppress(Exception):
-            self.beat("offline")
+            self.beat(WorkerStatus.OFFLINE)
 
 
 @lru_cache(maxsize=1)

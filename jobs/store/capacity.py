@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from jobs.store.status import JobStatus
+from jobs.store.status import LIVE_WORKERS, JobStatus
 from jobs.store.tables import Job, Metric, Worker, utcnow
 
 LEARN_FROM_JOBS = 20  # the most recent succeeded jobs of a queue
@@ -31,7 +31,7 @@ def queue_device_memory(session: Session, queue: str, fresh_after: datetime) -> 
     """The smallest `device_memory_bytes` the live workers of `queue` advertise."""
     rows = session.execute(
         select(Worker.queue, Worker.resources).where(
-            Worker.last_heartbeat >= fresh_after, Worker.status.in_(["online", "busy"])
+            Worker.last_heartbeat >= fresh_after, Worker.status.in_(LIVE_WORKERS)
         )
     ).all()
     sizes = [

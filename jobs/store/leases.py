@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from jobs.store.engine import is_postgresql
 from jobs.store.queries import lock_job
-from jobs.store.status import ACTIVE, JobStatus
+from jobs.store.status import ACTIVE, LIVE_WORKERS, JobStatus, WorkerStatus
 from jobs.store.tables import Job, JobEvent, Worker, utcnow
 
 GANG_SLOT_EVENT = "gang_slot"
@@ -160,9 +160,10 @@ def take_gang_slot(
 
 
 def record_heartbeat(
-    session: Session, name: str, queues: str, resources: dict[str, Any], status: str
+    session: Session, name: str, queues: str, resources: dict[str, Any], status: WorkerStatus
 ) -> None:
     """Insert or refresh this worker's row in `workers`."""
+    status = WorkerStatus(status).value
     row = session.get(Worker, name)
     now = utcnow()
     if row is None:
@@ -190,7 +191,7 @@ def live_worker_packages(session: Session, queue: str, fresh_after: datetime) ->
     """The optional packages each live worker of `queue` advertised (one list per worker)."""
     rows = session.execute(
         select(Worker.queue, Worker.resources).where(
-            Worker.last_heartbeat >= fresh_after, Worker.status.in_(["online", "busy"])
+            Worker.last_heartbeat >= fresh_after, Worker.status.in_(LIVE_WORKERS)
         )
     ).all()
     return [
@@ -204,8 +205,11 @@ def mark_lost_workers(session: Session, older_than: datetime) -> list[str]:
     """Workers whose last heartbeat is older than `older_than` become `lost`."""
     stmt = (
         update(Worker)
-        .where(Worker.last_heartbeat < older_than, Worker.status.not_in(["lost", "offline"]))
-        .values(status="lost")
+        .where(
+            Worker.last_heartbeat < older_than,
+            Worker.status.not_in([WorkerStatus.LOST, WorkerStatus.OFFLINE]),
+        )
+        .values(status=WorkerStatus.LOST.value)
         .returning(Worker.name)
     )
     return list(session.execute(stmt).scalars())

@@ -30,7 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from jobs.store.status import JobStatus
+from jobs.store.status import JobStatus, WorkerStatus
 from jobs.store.tables import (
     Checkpoint,
     Job,
@@ -298,7 +298,7 @@ def worker_gauges(session: Session) -> tuple[dict[str, int], dict[str, int]]:
     dropped: dict[str, int] = {}
     for status, resources in session.execute(select(Worker.status, Worker.resources)):
         by_status[status] = by_status.get(status, 0) + 1
-        if status == "lost":
+        if status == WorkerStatus.LOST:
             continue
         for reason, n in ((resources or {}).get("dropped_messages") or {}).items():
             dropped[reason] = dropped.get(reason, 0) + int(n)

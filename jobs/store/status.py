@@ -1,4 +1,4 @@
-"""The job status values: the one definition every package reads.
+"""The job and worker status values: the one definition every package reads.
 
 `JobStatus` is the domain of `jobs.status` (the table's CHECK constraint is built from it),
 the API's schemas, the dashboard and the CLI. `TERMINAL` statuses never change again;
@@ -29,6 +29,19 @@ TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED
 ACTIVE = frozenset({JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING, JobStatus.PAUSING})
 # What `tuneyard wait` stops on: the terminal statuses and `paused` (it needs a human).
 SETTLED = TERMINAL | {JobStatus.PAUSED}
+
+
+class WorkerStatus(StrEnum):
+    """What a worker's heartbeat says of it (`lost`: the reconciler's word for a worker whose
+    heartbeat stopped)."""
+
+    ONLINE = "online"
+    BUSY = "busy"
+    OFFLINE = "offline"
+    LOST = "lost"
+
+
+LIVE_WORKERS = (WorkerStatus.ONLINE, WorkerStatus.BUSY)
 
 
 def is_terminal(status: str) -> bool:

@@ -36,7 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from jobs.store.status import JobStatus
+from jobs.store.status import JobStatus, WorkerStatus
 
 JOB_STATUSES = tuple(s.value for s in JobStatus)
 API_KEY_ROLES = ("admin", "submit", "read")
@@ -295,7 +295,7 @@ class Worker(Base):
     name: Mapped[str] = mapped_column(String(255), primary_key=True)
     queue: Mapped[str] = mapped_column(String(32))
     resources: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    status: Mapped[str] = mapped_column(String(16), default="online")
+    status: Mapped[str] = mapped_column(String(16), default=WorkerStatus.ONLINE.value)
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_heartbeat: Mapped[datetime] = mapped_column(default=utcnow)
 
