@@ -123,19 +123,27 @@ def enqueue_job(job_id: str, queue: str, settings: Settings | None = None) -> No
     )
 
 
+def _sent(job_id: str, queue: str, settings: Settings | None) -> bool:
+    """`enqueue_job`, with a refusal logged instead of raised: the job stays `queued` and
+    the reconciler sends it again."""
+    try:
+        enqueue_job(job_id, queue, settings)
+    except Exception as exc:  # any transport error: the reconciler re-dispatches queued jobs
+        log.warning("job %s stays queued: the broker refused it (%s)", job_id, exc)
+        return False
+    return True
+
+
 def dispatch_job(
     session: Session, job_id: str, queue: str, settings: Settings | None = None
 ) -> bool:
     """Send a committed queued job to the broker and record the dispatch; False on refusal.
 
-    A refused send is logged and leaves the job `queued` with no `dispatched_at`: the
-    reconciler sends it again. Recording the dispatch is a convenience (at worst the
-    reconciler sends the id once more), so its failure is logged, not raised.
+    A refused send leaves the job `queued` with no `dispatched_at`: the reconciler sends it
+    again. Recording the dispatch is a convenience (at worst the reconciler sends the id
+    once more), so its failure is logged, not raised.
     """
-    try:
-        enqueue_job(job_id, queue, settings)
-    except Exception as exc:  # any transport error: the reconciler re-dispatches queued jobs
-        log.warning("job %s stays queued: the broker refused it (%s)", job_id, exc)
+    if not _sent(job_id, queue, settings):
         return False
     try:
         mark_dispatched(session, job_id)
@@ -148,21 +156,18 @@ def dispatch_job(
 
 def dispatch_new_job(session: Session, job: Job, settings: Settings | None = None) -> bool:
     """Send a job committed with its dispatch mark (`create_job(..., dispatching=True)`);
-    False on refusal. A refusal is logged and the mark taken back, so the job waits
-    `queued` with no `dispatched_at` and the reconciler sends it after its grace window
-    (as it does for a process that died between the commit and the send)."""
+    False on refusal. A refusal takes the mark back, so the job waits `queued` with no
+    `dispatched_at` and the reconciler sends it after its grace window (as it does for a
+    process that died between the commit and the send, or when taking it back fails)."""
+    if _sent(job.id, job.queue, settings):
+        return True
     try:
-        enqueue_job(job.id, job.queue, settings)
-    except Exception as exc:  # any transport error: the reconciler re-dispatches queued jobs
-        log.warning("job %s stays queued: the broker refused it (%s)", job.id, exc)
-        try:
-            job.dispatched_at = None
-            session.commit()
-        except Exception as db_exc:  # the reconciler's grace window covers this too
-            session.rollback()
-            log.warning("job %s: could not take back its dispatch mark (%s)", job.id, db_exc)
-        return False
-    return True
+        job.dispatched_at = None
+        session.commit()
+    except Exception as exc:  # the reconciler's grace window covers this too
+        session.rollback()
+        log.warning("job %s: could not take back its dispatch mark (%s)", job.id, exc)
+    return False
 
 
 def broker_reachable(settings: Settings | None = None, timeout: float = 2.0) -> bool:

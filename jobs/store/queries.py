@@ -94,15 +94,12 @@ def create_job(
     the broker right after the commit, so the dispatch is recorded with the row
     (`jobs.broker.dispatch_new_job` takes the mark back if the send fails).
 
-    With an idempotency key already used, nothing is added: the stored job is returned for
-    the same body, IdempotencyConflict is raised for another. The unique (project_id,
-    idempotency_key) constraint settles concurrent twins however they interleave: the loser's
-    insert fails, its transaction is rolled back, and it answers the winner's job.
+    An idempotency key already used is found by the unique (project_id, idempotency_key)
+    constraint, however concurrent twins interleave: the insert fails, the transaction is
+    rolled back, and the stored job is returned for the same body (IdempotencyConflict for
+    another). A caller that answers replays before validating (`api.submission.submit`)
+    has looked the key up already, so the usual submit asks once.
     """
-    if new.idempotency_key:
-        existing = find_by_idempotency_key(session, project_id, new.idempotency_key)
-        if existing is not None:
-            return replay_or_conflict(existing, new.request_hash), False
     now = utcnow()
     job = Job(
         **vars(new),
@@ -128,7 +125,9 @@ def create_job(
         session.flush()
     except IntegrityError:
         session.rollback()  # the twin's row is committed now: read it in a new transaction
-        existing = find_by_idempotency_key(session, project_id, new.idempotency_key or "")
+        if new.idempotency_key is None:
+            raise
+        existing = find_by_idempotency_key(session, project_id, new.idempotency_key)
         if existing is None:
             raise
         return replay_or_conflict(existing, new.request_hash), False

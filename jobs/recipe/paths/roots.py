@@ -50,11 +50,6 @@ def _inside(path: str, roots: list[str]) -> bool:
     return any(path == root or root == "/" or path.startswith(root + "/") for root in roots)
 
 
-def real_path(path: Path | str) -> Path:
-    """Resolve symlinks of the longest existing prefix (the rest may not exist yet)."""
-    return Path(os.path.realpath(path))
-
-
 def _lexical(path: Path | str) -> str:
     """Absolute and normalized, `~` expanded, symlinks not followed (as text)."""
     return os.path.normpath(os.path.abspath(os.path.expanduser(os.fspath(path))))

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from jobs.broker import (
     broker_reachable,
     dispatch_job,
+    dispatch_new_job,
     enqueue_job,
     queue_lengths,
     queued_job_ids,
@@ -85,6 +86,45 @@ def test_a_refused_dispatch_leaves_the_job_for_the_reconciler(session, project, 
     down = Settings(home=tmp_path, broker_url="redis://127.0.0.1:1/0")
     assert dispatch_job(session, job.id, job.queue, down) is False
     assert session.scalar(select(Job.dispatched_at).where(Job.id == job.id)) is None
+
+
+def test_a_refused_new_job_has_its_dispatch_mark_taken_back(session, project, tmp_path):
+    job, _ = queries.create_job(
+        session,
+        project.id,
+        queries.NewJob("j", spec={}, recipe={}, plan={}, resources={}, queue=queue_name()),
+        dispatching=True,
+    )
+    session.commit()
+    assert job.dispatched_at is not None
+    down = Settings(home=tmp_path, broker_url="redis://127.0.0.1:1/0")
+    assert dispatch_new_job(session, job, down) is False
+    assert job.dispatched_at is None
+    assert session.scalar(select(Job.dispatched_at).where(Job.id == job.id)) is None
+
+
+def test_a_mark_that_cannot_be_taken_back_is_logged_and_left_to_the_reconciler(
+    session, project, tmp_path, monkeypatch, caplog
+):
+    """The database is gone too: nothing raises; the reconciler's grace window still covers
+    the job (its mark is older than the window by then)."""
+    from sqlalchemy.exc import OperationalError
+
+    job, _ = queries.create_job(
+        session,
+        project.id,
+        queries.NewJob("j", spec={}, recipe={}, plan={}, resources={}, queue=queue_name()),
+        dispatching=True,
+    )
+    session.commit()
+
+    def lost(*args, **kwargs):
+        raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(session, "commit", lost)
+    down = Settings(home=tmp_path, broker_url="redis://127.0.0.1:1/0")
+    assert dispatch_new_job(session, job, down) is False
+    assert "could not take back its dispatch mark" in caplog.text
 
 
 def test_a_sent_message_is_celery_s_task_message(redis_settings):

@@ -44,14 +44,25 @@ def test_downsampling_val_kind_after_cursor_and_null_losses(session, project) ->
 
 
 def test_create_job_replays_and_conflicts(session, project) -> None:
-    new = store.NewJob(name="j", spec={"a": 1}, recipe={}, plan={}, resources={}, queue="cpu",
-                       idempotency_key="k1", request_hash=store.request_hash({"a": 1}))  # fmt: skip
+    """A key used before is found by the unique constraint: the same body answers the stored
+    job, another is a conflict, and nothing new is stored either way."""
+    from sqlalchemy import func, select
+
+    from jobs.store.tables import Job
+
+    new = store.NewJob(
+        name="j", spec={"a": 1}, recipe={}, plan={}, resources={}, queue="cpu",
+        idempotency_key=f"k-{uuid.uuid4().hex[:8]}", request_hash=store.request_hash({"a": 1}),
+    )  # fmt: skip
     first, created = store.create_job(session, project.id, new)
+    session.commit()
     again, created_again = store.create_job(session, project.id, new)
     assert created and not created_again and again.id == first.id
     new.request_hash = store.request_hash({"a": 2})
     with pytest.raises(store.IdempotencyConflict):
         store.create_job(session, project.id, new)
+    count = select(func.count()).select_from(Job).where(Job.project_id == project.id)
+    assert session.scalar(count) == 1
 
 
 def test_cursor_rejects_forgeries() -> None:
@@ -88,36 +99,30 @@ def test_create_job_adds_the_job_and_its_event_to_the_callers_transaction(
 def test_a_concurrent_twin_on_one_idempotency_key_answers_the_winners_job(
     migrated_engine, project, monkeypatch
 ) -> None:
-    """Two sessions create with one key: the first to commit wins; the other's insert hits
-    the unique constraint and it answers the winner's job (or a conflict for another body)."""
+    """Two sessions create with one key, the twin after the winner committed: its insert hits
+    the unique constraint and it answers the winner's job, looking the key up once (after
+    the refusal, not before the insert)."""
     from sqlalchemy.orm import sessionmaker
 
     factory = sessionmaker(bind=migrated_engine, expire_on_commit=False)
     key = f"twin-{uuid.uuid4().hex[:8]}"
     hashed = store.request_hash({"a": 1})
 
-    def twin(name: str, body_hash: str) -> store.NewJob:
+    def twin(name: str) -> store.NewJob:
         return store.NewJob(
             name=name, spec={}, recipe={}, plan={}, resources={}, queue="cpu",
-            idempotency_key=key, request_hash=body_hash,
+            idempotency_key=key, request_hash=hashed,
         )  # fmt: skip
 
-    winner, created = store.create_job(factory_session := factory(), project.id, twin("a", hashed))
-    factory_session.commit()
-    factory_session.close()
-    # The twin looked for the key before the winner committed: its own look finds nothing.
+    with factory() as first:
+        winner, created = store.create_job(first, project.id, twin("a"))
+        first.commit()
     looks: list[str] = []
-
-    def looked_before_the_winner(session, project_id, key):
-        looks.append(key)
-        return None if len(looks) == 1 else original(session, project_id, key)
-
     original = store.find_by_idempotency_key
-    monkeypatch.setattr(store, "find_by_idempotency_key", looked_before_the_winner)
+    monkeypatch.setattr(
+        store, "find_by_idempotency_key", lambda *a: looks.append(a[2]) or original(*a)
+    )
     with factory() as second:
-        answer, created_again = store.create_job(second, project.id, twin("b", hashed))
-        assert created and not created_again and answer.id == winner.id
-        assert len(looks) == 2  # once before the insert, once after the constraint refused it
-    looks.clear()
-    with factory() as third, pytest.raises(store.IdempotencyConflict):
-        store.create_job(third, project.id, twin("c", store.request_hash({"a": 2})))
+        answer, created_again = store.create_job(second, project.id, twin("b"))
+    assert created and not created_again and answer.id == winner.id
+    assert looks == [key]

@@ -259,17 +259,6 @@ def test_a_symlinked_root_contains_what_lies_under_its_target(tmp_path):
     )
 
 
-def test_real_path_resolves_the_existing_prefix_and_keeps_the_rest(tmp_path):
-    from jobs.recipe.paths.roots import real_path
-
-    (tmp_path / "target").mkdir()
-    (tmp_path / "link").symlink_to("target")
-    assert real_path(tmp_path / "link" / "not" / "yet") == tmp_path / "target" / "not" / "yet"
-    (tmp_path / "link").unlink()
-    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")  # dangling: followed as written
-    assert real_path(tmp_path / "link" / "x") == tmp_path / "elsewhere" / "x"
-
-
 # --- read_bounded: real path inside the roots, a regular file, at most `cap` bytes ---
 
 
