@@ -67,7 +67,7 @@ def pg_database() -> Iterator[str]:
 
 
 def write_assets(root: Path) -> dict:
-    from trainer.assets import write_squad_dir
+    from cli.demo_assets import write_squad_dir
 
     (root / "tiny_llama").mkdir(parents=True)
     (root / "tiny_llama" / "config.json").write_text(json.dumps(TINY_LLAMA))

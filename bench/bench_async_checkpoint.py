@@ -47,7 +47,7 @@ def build_run(root: Path, is_async: bool) -> SimpleNamespace:
     import torch
     from transformers import LlamaForCausalLM
 
-    from trainer.assets import tiny_llama_config
+    from cli.demo_assets import tiny_llama_config
     from trainer.checkpoint.manager import CheckpointManager
     from trainer.resilience import fingerprint
 

@@ -37,7 +37,7 @@ def measure(kind: str, out_dir: Path) -> dict:
     import torch
     from transformers import LlamaForCausalLM
 
-    from trainer.assets import tiny_llama_config
+    from cli.demo_assets import tiny_llama_config
     from trainer.checkpoint.consolidate import save_consolidated_model
 
     torch.manual_seed(0)

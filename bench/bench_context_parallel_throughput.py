@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--measured", type=int, default=4)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from trainer.assets import build_tiny_llama
+    from cli.demo_assets import build_tiny_llama
 
     layouts = {"fsdp2": {"strategy": "fsdp2"}, "cp": {"strategy": "fsdp2", "cp_size": args.ranks}}
     results: dict[str, list[float]] = {name: [] for name in layouts}

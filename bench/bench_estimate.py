@@ -74,7 +74,7 @@ def build_model(root: Path, size: str) -> Path:
     import torch
     from transformers import LlamaForCausalLM
 
-    from trainer.assets import build_tokenizer, tiny_llama_config
+    from cli.demo_assets import build_tokenizer, tiny_llama_config
 
     directory = root / f"llama-{size}"
     if (directory / "config.json").exists():
@@ -180,7 +180,7 @@ def main() -> None:
     root = args.work or Path(tempfile.mkdtemp(prefix="bench-estimate-"))
     root.mkdir(parents=True, exist_ok=True)
     os.environ["TUNEYARD_DATA_ROOTS"] = os.environ["TUNEYARD_CHECKPOINT_ROOTS"] = str(root)
-    from trainer.assets import write_instruction_jsonl
+    from cli.demo_assets import write_instruction_jsonl
 
     data = write_instruction_jsonl(root / "train.jsonl", 2048)
     grid = GRID if args.grid == "fit" else HELD_OUT

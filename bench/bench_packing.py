@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.assets import tiny_llama_config  # noqa: E402
+from cli.demo_assets import tiny_llama_config  # noqa: E402
 from trainer.data.collate import Collator, PackedDataset  # noqa: E402
 from trainer.forward import model_logits  # noqa: E402
 from trainer.loss import MaskedCrossEntropy, token_loss_sum  # noqa: E402

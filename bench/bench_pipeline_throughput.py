@@ -98,7 +98,7 @@ def main() -> None:
     parser.add_argument("--schedule", default="1f1b")
     parser.add_argument("--microbatch", type=int, default=2)
     args = parser.parse_args()
-    from trainer.assets import build_tiny_llama
+    from cli.demo_assets import build_tiny_llama
 
     fsdp = {"strategy": "fsdp2"}
     pipeline = {"pp_schedule": args.schedule, "pp_microbatch_size": args.microbatch}

@@ -50,7 +50,7 @@ def build_model(directory: Path, shape: dict) -> int:
     import torch
     from transformers import LlamaForCausalLM
 
-    from trainer.assets import build_tokenizer, tiny_llama_config
+    from cli.demo_assets import build_tokenizer, tiny_llama_config
 
     build_tokenizer(directory, vocab_size=512)
     torch.manual_seed(0)
@@ -133,7 +133,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
-    from trainer.assets import write_instruction_jsonl
+    from cli.demo_assets import write_instruction_jsonl
 
     root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-run-memory-"))
     root.mkdir(parents=True, exist_ok=True)

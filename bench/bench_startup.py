@@ -147,8 +147,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    from cli.demo_assets import write_instruction_jsonl
     from models.smollm2 import ensure_smollm2_checkpoint
-    from trainer.assets import write_instruction_jsonl
 
     model = ensure_smollm2_checkpoint()
     with tempfile.TemporaryDirectory() as tmp:

@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20000)
     args = parser.parse_args()
     sys.path[:0] = [str(REPO)]
-    from trainer.assets import build_tokenizer
+    from cli.demo_assets import build_tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

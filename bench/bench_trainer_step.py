@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    from trainer.assets import build_tiny_llama
+    from cli.demo_assets import build_tiny_llama
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_tiny_llama(Path(tmp) / "model", **MODEL)

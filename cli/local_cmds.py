@@ -4,7 +4,7 @@
 the embedded default (SQLite database and broker under TUNEYARD_HOME, auth off) unless the
 environment names PostgreSQL/Redis; Ctrl-C stops all of them, process groups included.
 `demo` does the same on a free port, builds a tiny Llama and a dataset it visibly learns
-(`trainer.assets`, no downloads), submits a short fine-tune, shows its progress, and ends
+(`cli.demo_assets`, no downloads), submits a short fine-tune, shows its progress, and ends
 with the checkpoint path and how to load it with transformers.
 """
 
@@ -187,7 +187,7 @@ def build_demo_assets(directory: Path) -> dict[str, Path]:
     """A tiny Llama + tokenizer and a reverse-the-digits instruction set (train and val)."""
     from transformers.utils import logging as hf_logging
 
-    from trainer.assets import build_tiny_llama, write_instruction_jsonl
+    from cli.demo_assets import build_tiny_llama, write_instruction_jsonl
 
     hf_logging.disable_progress_bar()  # the demo shows its own progress
 
@@ -202,7 +202,7 @@ def build_demo_assets(directory: Path) -> dict[str, Path]:
 
 def held_out_prompts() -> list[dict[str, str]]:
     """Prompts the demo never trains on (nor validates on): the before/after table's rows."""
-    from trainer.assets import held_out_pairs, instruction_pairs
+    from cli.demo_assets import held_out_pairs, instruction_pairs
 
     seen = instruction_pairs(DEMO_TRAIN, seed=0) + instruction_pairs(64, seed=1)
     return held_out_pairs(DEMO_HELD_OUT, seen)
@@ -301,7 +301,7 @@ def demo(
     directory = home / "demo"
     console().print(f"building a tiny Llama and a dataset in {directory} ...")
     assets = build_demo_assets(directory)
-    from trainer.assets import greedy_answers
+    from cli.demo_assets import greedy_answers
 
     held_out = held_out_prompts()
     before = greedy_answers(assets["model"], [p["prompt"] for p in held_out])

@@ -125,7 +125,7 @@ for _entry in (
         "(ep_size == dp_size, strategy fsdp2, no LoRA); no tensor-parallel plan",
         config_model_types=("qwen3_moe",),
         parallel_plan="models.qwen3_moe.parallelize:QWEN3_MOE_PLAN",
-        state_dict_adapter="models.qwen3_moe.state_dict_adapter:Qwen3MoeStateDictAdapter",
+        state_dict_adapter="models.common.moe.state_dict_adapter:GroupedExpertsStateDictAdapter",
     ),
     ArchEntry(
         "DeepseekV3ForCausalLM",

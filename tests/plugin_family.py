@@ -17,7 +17,7 @@ from models.common.parallelize import ParallelPlan
 from models.llama.model import LlamaForCausalLM
 
 ARCHITECTURE = "PluginLlamaForCausalLM"
-ADAPTER = "models.qwen3_moe.state_dict_adapter:Qwen3MoeStateDictAdapter"
+ADAPTER = "models.common.moe.state_dict_adapter:GroupedExpertsStateDictAdapter"
 
 
 class PluginLlama(LlamaForCausalLM):

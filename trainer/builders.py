@@ -1,8 +1,8 @@
 """Builders: the typed recipe's sub-objects turned into torch objects, through the allowlist.
 
 Each builder takes the sub-object it needs (a `TargetCall`, the `DataLoader` or `Peft`
-section), never the whole recipe. Every `_target_` goes through `jobs.recipe.targets.allowlist.build`
-(the only place a name becomes a callable); the trainer injects what only it knows (the
+section), never the whole recipe. Every `_target_` goes through `jobs.recipe.targets.allowlist.instantiate`
+(the only place a name becomes a callable; the schema is not run again); the trainer injects what only it knows (the
 tokenizer, the parameters, the optimizer, `max_steps`). Validation already refused what the
 trainer cannot run; what is left surfaces here as `TrainerError`s about the data: a
 tokenizer that cannot be read or is larger than the model's vocabulary, an empty dataset.
@@ -30,13 +30,13 @@ from trainer.errors import TrainerError, data_error
 
 
 def build_target(call: TargetCall, loc: str, **injected: Any) -> Any:
-    """`jobs.recipe.targets.allowlist.build`, with recipe errors and user-input errors mapped to exit codes.
+    """`jobs.recipe.targets.allowlist.instantiate`, with errors mapped to exit codes.
 
     A callable refusing its arguments is a recipe error (exit 2); a dataset or model that
     cannot read its files is a data error (exit 3).
     """
     try:
-        return targets.build(call.to_json(), loc, **injected)
+        return targets.instantiate(call, loc, **injected)
     except RecipeInvalid as exc:
         raise TrainerError(ExitCode.INVALID_RECIPE, str(exc)) from None
     except TrainerError:
@@ -51,31 +51,21 @@ def build_target(call: TargetCall, loc: str, **injected: Any) -> Any:
         raise TrainerError(code, f"{loc}: {exc}") from None
 
 
-def tokenizer_path(recipe: Recipe) -> str | None:
-    if recipe.tokenizer is not None:
-        return str(recipe.tokenizer.get("pretrained_model_name_or_path"))
-    for call in (recipe.dataset, recipe.validation_dataset, recipe.model):
-        value = call.get("tokenizer_name_or_path") if call is not None else None
-        if value:
-            return str(value)
-    return recipe.model.get("pretrained_model_name_or_path")
-
-
 def load_tokenizer(recipe: Recipe) -> Any | None:
     """The tokenizer, from local files or the hub cache only; remote code only as the model's
     grant (validation refused it unless the operator allows it). A recipe's `tokenizer:`
     section (validation lifts a dataset's own into it) is built through the allowlist."""
     from trainer.data.tokenizer import from_pretrained
 
-    remote_code = bool(recipe.model.get("trust_remote_code"))
+    remote_code = recipe.trust_remote_code
     if recipe.tokenizer is not None:
         return build_target(recipe.tokenizer, "tokenizer", trust_remote_code=remote_code)
-    path = tokenizer_path(recipe)
+    path = recipe.tokenizer_source
     return None if path is None else from_pretrained(path, trust_remote_code=remote_code)
 
 
 def build_model(call: TargetCall, loc: str = "model") -> nn.Module:
-    from models.auto import ModelLoadError
+    from models.common.config import ModelLoadError
 
     try:
         return build_target(call, loc)

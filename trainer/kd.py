@@ -57,8 +57,8 @@ def build_teacher(recipe: Recipe, env: DistEnv, topology: Topology) -> nn.Module
     teacher = builders.build_model(recipe.teacher_model, "teacher_model")
     teacher.requires_grad_(False)
     if recipe.topology.strategy == "fsdp2":
-        section = {**recipe.topology.section(), "activation_checkpointing": False}
-        parallelize(teacher, topology, section, env.device, None)
+        layout = recipe.topology.without_activation_checkpointing()
+        parallelize(teacher, topology, layout, env.device, None)
     else:  # DDP would refuse a module with nothing to train; a replica per rank is the same
         teacher.to(env.device)
     return teacher.eval()

@@ -26,6 +26,8 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
+from jobs.recipe.typed import Compile, MixedPrecision
+from jobs.recipe.typed import Topology as Layout
 from models import hooks
 from models.common.parallelize import ParallelPlan
 from trainer.context_parallel import apply_context_parallel
@@ -64,7 +66,7 @@ def apply_expert_parallel(
     return set(params)
 
 
-def apply_activation_checkpointing(model: nn.Module, plan: ParallelPlan, mode: Any) -> None:
+def apply_activation_checkpointing(model: nn.Module, plan: ParallelPlan, mode: bool | str) -> None:
     """'full'/True wraps every decoder layer; 'selective' wraps every second layer."""
     if not mode:
         return
@@ -81,9 +83,8 @@ def apply_activation_checkpointing(model: nn.Module, plan: ParallelPlan, mode: A
         container[index] = checkpoint_wrapper(container[index], preserve_rng_state=True)
 
 
-def _mp_policy(distributed: dict[str, Any], device: torch.device) -> MixedPrecisionPolicy:
-    config = distributed.get("mp_policy")
-    if not config:
+def _mp_policy(config: MixedPrecision | None, device: torch.device) -> MixedPrecisionPolicy:
+    if config is None:
         return MixedPrecisionPolicy()
     if device.type != "cuda":
         print(
@@ -92,10 +93,10 @@ def _mp_policy(distributed: dict[str, Any], device: torch.device) -> MixedPrecis
         )
         return MixedPrecisionPolicy()
     return MixedPrecisionPolicy(
-        param_dtype=_DTYPES[config.get("param_dtype", "bfloat16")],
-        reduce_dtype=_DTYPES[config.get("reduce_dtype", "float32")],
-        output_dtype=_DTYPES.get(config.get("output_dtype") or ""),
-        cast_forward_inputs=bool(config.get("cast_forward_inputs", True)),
+        param_dtype=_DTYPES[config.param_dtype],
+        reduce_dtype=_DTYPES[config.reduce_dtype],
+        output_dtype=_DTYPES[config.output_dtype] if config.output_dtype else None,
+        cast_forward_inputs=config.cast_forward_inputs,
     )
 
 
@@ -103,15 +104,14 @@ def apply_fsdp2(
     model: nn.Module,
     plan: ParallelPlan,
     topology: Topology,
-    distributed: dict[str, Any],
+    layout: Layout,
     device: torch.device,
     ignored: set[nn.Parameter] | None = None,
 ) -> None:
-    policy = _mp_policy(distributed, device)
     options = dict(
         mesh=topology.fsdp_mesh,
-        mp_policy=policy,
-        reshard_after_forward=distributed.get("reshard_after_forward"),
+        mp_policy=_mp_policy(layout.mixed_precision, device),
+        reshard_after_forward=layout.reshard_after_forward,
         ignored_params=ignored or None,
     )
     try:
@@ -151,9 +151,9 @@ def _untied_ends(model: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
 def parallelize(
     model: nn.Module,
     topology: Topology,
-    distributed: dict[str, Any],
+    layout: Layout,
     device: torch.device,
-    compile_section: dict[str, Any] | None,
+    compile_settings: Compile | None,
 ) -> nn.Module:
     """Shard `model` in place and return the module to call (DDP- or compile-wrapped).
 
@@ -164,8 +164,8 @@ def parallelize(
         model.to(device)
     plan = hooks.parallel_plan(model)
     if topology.tp_size > 1:
-        apply_tensor_parallel(model, plan, topology, bool(distributed.get("sequence_parallel")))
-    strategy = distributed.get("strategy", "fsdp2")
+        apply_tensor_parallel(model, plan, topology, layout.sequence_parallel)
+    strategy = layout.strategy
     experts: set[nn.Parameter] = set()
     if topology.ep_size > 1:
         if strategy != "fsdp2":
@@ -173,10 +173,10 @@ def parallelize(
         experts = apply_expert_parallel(model, plan, topology)
     if topology.cp_size > 1:
         apply_context_parallel(model, topology)
-    apply_activation_checkpointing(model, plan, distributed.get("activation_checkpointing"))
+    apply_activation_checkpointing(model, plan, layout.activation_checkpointing)
     forward_model: nn.Module = model
     if strategy == "fsdp2":
-        apply_fsdp2(model, plan, topology, distributed, device, experts)
+        apply_fsdp2(model, plan, topology, layout, device, experts)
     elif strategy == "ddp" and topology.dp_size > 1:
         if topology.tp_size > 1:
             raise unsupported(
@@ -186,16 +186,14 @@ def parallelize(
             model,
             process_group=topology.dp_mesh.get_group(),
             device_ids=[device.index] if device.type == "cuda" else None,
-            find_unused_parameters=bool(distributed.get("find_unused_parameters")),
+            find_unused_parameters=layout.find_unused_parameters,
         )
     elif strategy not in ("ddp", "fsdp2"):
         raise unsupported(
             f"distributed.strategy {strategy!r} is not supported by this trainer; use fsdp2 or ddp"
         )
-    if compile_section and compile_section.get("enabled"):
-        forward_model = torch.compile(
-            forward_model, backend=compile_section.get("backend", "inductor")
-        )
+    if compile_settings is not None and compile_settings.enabled:
+        forward_model = torch.compile(forward_model, backend=compile_settings.torch_backend)
     return forward_model
 
 

@@ -31,6 +31,7 @@ from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
 
 from jobs.recipe.topology.pipeline import split_error, stage_count
+from jobs.recipe.typed import Topology as Layout
 from models import hooks
 from models.common.pipeline_split import split_model, stage_layer_ranges
 from trainer.distributed import Topology, all_reduce_sum
@@ -140,32 +141,31 @@ def stage_layout(
 
 
 def shard_stage(
-    stage: nn.Module, plan: Any, topology: Topology, distributed: dict[str, Any], device
+    stage: nn.Module, plan: Any, topology: Topology, layout: Layout, device: torch.device
 ) -> None:
     """`trainer.parallelize`'s order on one stage: TP, activation checkpointing, FSDP2."""
     if topology.tp_size > 1:
         apply_tensor_parallel(stage, plan, topology, sequence_parallel=False)
-    apply_activation_checkpointing(stage, plan, distributed.get("activation_checkpointing"))
-    apply_fsdp2(stage, plan, topology, distributed, device)
+    apply_activation_checkpointing(stage, plan, layout.activation_checkpointing)
+    apply_fsdp2(stage, plan, topology, layout, device)
 
 
 def build_pipeline(
-    model: nn.Module, topology: Topology, distributed: dict[str, Any], device: torch.device
+    model: nn.Module, topology: Topology, layout: Layout, device: torch.device
 ) -> tuple[nn.Module, Pipeline]:
     """Split `model` into this rank's stages, shard them; (pruned model, its pipeline).
 
     The stage loss gets the recipe's loss function once setup has built it.
     """
-    if distributed.get("strategy", "fsdp2") != "fsdp2":
+    schedule = layout.pipeline
+    if layout.strategy != "fsdp2" or schedule is None:
         raise unsupported("distributed.pp_size > 1 needs strategy: fsdp2")
-    config = dict(distributed.get("pipeline") or {})
-    name = str(config.get("pp_schedule", "1f1b"))
     plan = hooks.parallel_plan(model)  # the family's plan, found before pruning
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None:
         raise data_error(f"model: {type(model).__name__} has no model.layers to split")
     num_stages, stage_ids, ranges = stage_layout(
-        name, topology.pp_size, topology.pp_rank, len(layers), config
+        schedule.schedule, topology.pp_size, topology.pp_rank, len(layers), schedule.section
     )
     try:
         model, stages = split_model(model, stage_ids, ranges)
@@ -173,15 +173,15 @@ def build_pipeline(
         raise data_error(f"model: {exc}; or set distributed.pp_size: 1") from None
     model.to(device)
     for stage in stages:
-        shard_stage(stage, plan, topology, distributed, device)
+        shard_stage(stage, plan, topology, layout, device)
         stage.train()
     pipeline = Pipeline(
         stages,
         stage_ids,
         num_stages,
-        name,
-        int(config.get("pp_microbatch_size") or 1),
-        bool(config.get("scale_grads_in_schedule")),
+        schedule.schedule,
+        schedule.microbatch_size,
+        schedule.scale_grads_in_schedule,
         topology.pp_mesh.get_group(),
         device,
         StageLoss(),

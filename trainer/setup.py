@@ -19,7 +19,6 @@ position and RNG of the checkpoint being resumed.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -157,7 +156,7 @@ def _meta_model(recipe: Recipe) -> tuple[nn.Module, Path] | None:
         return None
     if recipe.topology.pp_size > 1:  # stages are split from the whole model
         return None
-    if recipe.topology.section().get("strategy", "fsdp2") != "fsdp2":
+    if recipe.topology.strategy != "fsdp2":
         return None
     if targets.resolve_target(recipe.model.target, "model").import_path != (
         shard_load.FROM_PRETRAINED_IMPORT
@@ -180,10 +179,7 @@ def _shard_only_stack(
     if ckpt is not None:
         _check_checkpoint(model, ckpt, is_peft=False)
         directory = ckpt / "model"
-    compile_section = dataclasses.asdict(recipe.compile)
-    forward_model = parallelize(
-        model, topology, recipe.topology.section(), env.device, compile_section
-    )
+    forward_model = parallelize(model, topology, recipe.topology, env.device, recipe.compile)
     try:
         shard_load.fill_sharded(model, directory, env.device)
     except CheckpointError as exc:
@@ -208,12 +204,10 @@ def build_model_stack(
     if ckpt is not None:
         _restore_weights(model, ckpt, is_peft)
     if topology.pp_size > 1:  # split into this rank's stages, then shard each
-        model, stages = build_pipeline(model, topology, recipe.topology.section(), env.device)
+        model, stages = build_pipeline(model, topology, recipe.topology, env.device)
         return ModelStack(tokenizer, model, model, is_peft, architecture, stages)
-    compile_section = dataclasses.asdict(recipe.compile)  # sharding, device, compile
-    forward_model = parallelize(
-        model, topology, recipe.topology.section(), env.device, compile_section
-    )
+    # sharding, device, compile
+    forward_model = parallelize(model, topology, recipe.topology, env.device, recipe.compile)
     forward_model.train()  # from_pretrained returns eval mode: dropout would stay off
     return ModelStack(tokenizer, model, forward_model, is_peft, architecture)
 

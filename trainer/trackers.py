@@ -87,8 +87,7 @@ def under_run_dir(path: str, run_dir: Path) -> Path:
 
 
 def model_name(recipe: Recipe) -> str | None:
-    name = recipe.model.get("pretrained_model_name_or_path")
-    return str(name) if name else None
+    return recipe.model_source
 
 
 class WandbTracker:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainer.assets import build_tiny_llama, write_squad_dir
+from cli.demo_assets import build_tiny_llama, write_squad_dir
 
 
 def main(root: Path = Path(".tuneyard/assets")) -> None:

@@ -44,7 +44,7 @@ def build_tiny_gpt_oss(directory: Path, seed: int = 0) -> Path:
     import torch
     from transformers import GptOssConfig, GptOssForCausalLM
 
-    from trainer.assets import build_tokenizer
+    from cli.demo_assets import build_tokenizer
 
     build_tokenizer(directory, vocab_size=TINY_GPT_OSS["vocab_size"])
     torch.manual_seed(seed)

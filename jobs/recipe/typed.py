@@ -50,8 +50,10 @@ class TargetCall:
         kwargs = {k: v for k, v in data.items() if k != "_target_"}
         return cls(str(data["_target_"]), kwargs)
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.kwargs.get(key, default)
+    def text(self, key: str) -> str | None:
+        """The keyword `key` as text, None when the recipe leaves it out or empty."""
+        value = self.kwargs.get(key)
+        return str(value) if value not in (None, "") else None
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,33 @@ class StepScheduler:
 
 
 @dataclass(frozen=True)
+class MixedPrecision:
+    """FSDP2's mixed-precision policy (dtype names; `output_dtype` None keeps the output's)."""
+
+    param_dtype: str
+    reduce_dtype: str
+    output_dtype: str | None
+    cast_forward_inputs: bool
+
+
+@dataclass(frozen=True)
+class PipelineSchedule:
+    """How pipeline stages run: the schedule, its micro-batch size, whether torch scales the
+    gradients by the micro-batch count, and the whole `distributed.pipeline` section (the
+    stage split reads `layers_per_stage` and the virtual-stage rounding from it)."""
+
+    schedule: str
+    microbatch_size: int
+    scale_grads_in_schedule: bool
+    section: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Topology:
-    """Where the job runs and how it is split: the resolved DistributedSetup."""
+    """Where the job runs and how it is split: the resolved DistributedSetup.
+
+    The strategy's own options are stored flat in `options`, every key written by
+    validation; the properties below read them as typed settings for the trainer."""
 
     world_size: int
     nnodes: int
@@ -105,6 +132,46 @@ class Topology:
         )
         return {**{k: getattr(self, k) for k in keys}, **self.options}
 
+    @property
+    def mixed_precision(self) -> MixedPrecision | None:
+        """FSDP2's `mp_policy`, or None to train in the model's dtype."""
+        policy = self.options.get("mp_policy")
+        if not policy:
+            return None
+        return MixedPrecision(
+            param_dtype=policy["param_dtype"],
+            reduce_dtype=policy["reduce_dtype"],
+            output_dtype=policy["output_dtype"],
+            cast_forward_inputs=policy["cast_forward_inputs"],
+        )
+
+    @property
+    def reshard_after_forward(self) -> bool | None:
+        """FSDP2's choice; None lets FSDP2 decide (reshard all but the root)."""
+        return self.options.get("reshard_after_forward")
+
+    @property
+    def find_unused_parameters(self) -> bool:
+        """DDP's `find_unused_parameters` (False for the other strategies)."""
+        return bool(self.options.get("find_unused_parameters", False))
+
+    @property
+    def pipeline(self) -> PipelineSchedule | None:
+        """The pipeline schedule when pp_size > 1 (validation then always writes one)."""
+        section = self.options.get("pipeline")
+        if self.pp_size <= 1 or not section:
+            return None
+        return PipelineSchedule(
+            schedule=str(section["pp_schedule"]),
+            microbatch_size=int(section["pp_microbatch_size"]),
+            scale_grads_in_schedule=bool(section["scale_grads_in_schedule"]),
+            section=dict(section),
+        )
+
+    def without_activation_checkpointing(self) -> Topology:
+        """The same split with no activation checkpointing (a frozen KD teacher's)."""
+        return dataclasses.replace(self, activation_checkpointing=False)
+
 
 @dataclass(frozen=True)
 class Rng:
@@ -127,6 +194,11 @@ class Compile:
     mode: str | None
     fullgraph: bool
     dynamic: bool | None
+
+    @property
+    def torch_backend(self) -> str:
+        """The backend `torch.compile` gets: the recipe's, else torch's own default."""
+        return self.backend or "inductor"
 
 
 @dataclass(frozen=True)
@@ -265,6 +337,26 @@ class Recipe:
     wandb: Wandb | None  # trackers rank 0 logs to besides metrics.jsonl
     mlflow: Mlflow | None
     recovery: Recovery = Recovery()  # added later: older stored recipes load without it
+
+    @property
+    def model_source(self) -> str | None:
+        """The model's directory or hub name; None for a model built from a config."""
+        return self.model.text("pretrained_model_name_or_path")
+
+    @property
+    def tokenizer_source(self) -> str | None:
+        """Where the tokenizer loads from without a `tokenizer:` section: a dataset's (or the
+        model's) `tokenizer_name_or_path`, else the model's own files."""
+        for call in (self.dataset, self.validation_dataset, self.model):
+            source = call.text("tokenizer_name_or_path") if call is not None else None
+            if source:
+                return source
+        return self.model_source
+
+    @property
+    def trust_remote_code(self) -> bool:
+        """The model's remote-code flag (validation refused it without the grants)."""
+        return bool(self.model.kwargs.get("trust_remote_code"))
 
     def to_json(self) -> dict[str, Any]:
         return _dump(self)

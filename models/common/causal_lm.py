@@ -21,13 +21,13 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from models.common.config import NATIVE_ATTENTION, config_dtype, resolve_dtype
 from models.common.layers import _ACTIVATIONS, RMSNorm
 from models.common.rope import RotaryEmbedding, rope_unsupported_reason
 from models.common.safetensors_io import CheckpointError, SafetensorsReader, save_safetensors
 from models.common.tie import reject_tie_word_embeddings_flip, tie_enabled
 from models.registry import TieSupport
 
-NATIVE_ATTENTION = (None, "sdpa", "eager")
 # Accepted when falsy (PEFT and the trainer pass them as None/False); native models keep no
 # KV cache and do not return per-layer hidden states or attention maps.
 _FALSY_FORWARD_KWARGS = ("use_cache", "output_attentions", "output_hidden_states", "cache")
@@ -333,9 +333,7 @@ def _check_supported(cls: type[NativeCausalLM], config: Any, attn: str | None) -
 
 
 def _dtype_or_default(dtype: Any, config: Any) -> torch.dtype:
-    from models.auto import _config_dtype, resolve_dtype
-
     resolved = resolve_dtype(dtype)
     if resolved == "auto":
-        return _config_dtype(config)
+        return config_dtype(config)
     return resolved or torch.float32

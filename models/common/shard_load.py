@@ -28,6 +28,8 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import _CHECKPO
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from models.common.causal_lm import NativeCausalLM
+from models.common.config import load_config, native_class_for, resolve_dtype, resolve_model_dir
+from models.common.kernels import apply_kernel_options, pop_kernel_options
 from models.common.rope import RotaryEmbedding
 from models.common.safetensors_io import CheckpointError, SafetensorsReader
 
@@ -57,9 +59,6 @@ def build_meta_native(
     None when `AutoModelForCausalLM.from_pretrained` would not build a native class this
     path can fill (Hugging Face fallback, `force_hf`, an adapter without the capability).
     """
-    from models.auto import load_config, native_class_for, resolve_dtype, resolve_model_dir
-    from models.common.kernels import apply_kernel_options, pop_kernel_options
-
     if force_hf:
         return None
     kwargs = dict(kwargs)

@@ -10,7 +10,7 @@ give each tensor-parallel rank its local heads (see `parallelize.py`).
 
 `DeepseekV3MoE` is a `GroupLimitedRouter` (`mlp.gate`: fp32 weight and the fp32
 `e_score_correction_bias` buffer, which only biases which experts are chosen, never their
-weights), the routed experts as Qwen3-MoE's `GroupedExperts` (so expert parallelism is the
+weights), the routed experts as the shared `GroupedExperts` (so expert parallelism is the
 same machinery) and an always-on `shared_experts` SwiGLU MLP of
 `moe_intermediate_size * n_shared_experts`.
 """
@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.common.layers import RMSNorm, SwiGLUMLP
+from models.common.moe.layers import GroupedExperts
 from models.deepseek_v3.rope import mla_softmax_scale, rotary_function
-from models.qwen3_moe.layers import GroupedExperts
 
 
 class MLAttention(nn.Module):

@@ -1,6 +1,6 @@
 """DeepSeek-V3's parallel plan: expert parallelism and a tensor-parallel plan for latent attention.
 
-FSDP units are the decoder layers, as for every family. Expert parallelism is Qwen3-MoE's
+FSDP units are the decoder layers, as for every family. Expert parallelism is the shared one
 (`ExpertParallelMixin`: each `GroupedExperts` keeps E/ep experts of a 1-D `ep` mesh).
 
 Tensor parallelism splits attention by heads: `q_proj` (or `q_b_proj` with a q LoRA rank)
@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
+from models.common.moe.parallelize import ExpertParallelMixin
 from models.common.parallelize import (
     ParallelPlan,
     _embeddings_tied,
@@ -35,7 +36,6 @@ from models.common.parallelize import (
 )
 from models.common.wrappers import unwrap_model
 from models.deepseek_v3.layers import DeepseekV3MoE, MLAttention
-from models.qwen3_moe.parallelize import ExpertParallelMixin
 
 _MLP = ("gate_proj", "up_proj", "down_proj")
 

@@ -1,7 +1,7 @@
 """DeepSeek-V3 state-dict adapter: per-expert Hugging Face tensors <-> native grouped experts.
 
-The mapping is Qwen3-MoE's (`models.qwen3_moe.state_dict_adapter`), with the expert count
-read from `n_routed_experts`. Point by point: the routed experts
+The mapping is the grouped experts' (`models.common.moe.state_dict_adapter`), with the
+expert count read from `n_routed_experts`. Point by point: the routed experts
 `...mlp.experts.{e}.{gate,up,down}_proj.weight` stack, in expert-index order and without
 transpose, reshape or dtype change, into `...mlp.experts.{gate,up,down}_proj`; the router
 weight `mlp.gate.weight` and its correction bias `mlp.gate.e_score_correction_bias` keep
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.qwen3_moe.state_dict_adapter import Qwen3MoeStateDictAdapter
+from models.common.moe.state_dict_adapter import GroupedExpertsStateDictAdapter
 
 
-class DeepseekV3StateDictAdapter(Qwen3MoeStateDictAdapter):
-    """Qwen3-MoE's stateless conversions over `config.n_routed_experts` experts."""
+class DeepseekV3StateDictAdapter(GroupedExpertsStateDictAdapter):
+    """The grouped experts' stateless conversions over `config.n_routed_experts` experts."""
 
     supports_low_memory_dcp_load = False
 

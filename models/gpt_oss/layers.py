@@ -15,7 +15,7 @@ picked and softmaxed among themselves. The experts hold, for every expert e, a b
 `down_proj[e]` (hidden, intermediate). The activation is gpt-oss's clamped SwiGLU:
 gate clamped above at `swiglu_limit`, up clamped to +-limit, `(up + 1) * gate *
 sigmoid(alpha * gate)`. Expert dispatch, and expert parallelism, are the grouped-expert
-machinery of `models.qwen3_moe.expert_parallel`.
+machinery of `models.common.moe.expert_parallel`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.common.layers import Attention, RMSNorm, _repeat_kv
-from models.qwen3_moe.expert_parallel import (
+from models.common.moe.expert_parallel import (
     expert_parallel_forward,
     local_expert_output,
     shard_experts,

@@ -18,10 +18,10 @@ from typing import Any
 
 from models.common.causal_lm import NativeCausalLM
 from models.common.layers import DecoderModel
+from models.common.moe.load_balancing import RouterAuxLossMixin
 from models.common.tie import reject_unsupported_tie_word_embeddings
 from models.gpt_oss.layers import GptOssAttention, GptOssMoeBlock, GptOssRMSNorm
 from models.gpt_oss.state_dict_adapter import GptOssStateDictAdapter
-from models.qwen3_moe.model import RouterAuxLossMixin
 from models.registry import ModelCapabilities, TieSupport
 
 _LAYER_TYPES = ("sliding_attention", "full_attention")

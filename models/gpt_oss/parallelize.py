@@ -3,7 +3,7 @@
 FSDP units are the decoder layers; FSDP2 shards the grouped expert tensors, their biases,
 the fp32 router and the attention sinks like any other parameter. Expert parallelism
 spreads each `GptOssExperts` module's four `[num_experts, ...]` tensors over the 1-D `ep`
-mesh through the grouped-expert machinery of Qwen3-MoE (`ExpertParallelMixin`), and the
+mesh through the shared grouped-expert machinery (`ExpertParallelMixin`), and the
 returned DTensor parameters are the ones data parallelism must leave alone. Every layer is
 sparse and its MLP has no `gate/up/down_proj` linears, so the common tensor-parallel plan
 refuses the model; gpt-oss has no tensor-parallel plan.
@@ -15,9 +15,9 @@ from typing import ClassVar
 
 from torch import nn
 
+from models.common.moe.parallelize import ExpertParallelMixin
 from models.common.parallelize import ParallelPlan
 from models.gpt_oss.layers import GptOssExperts
-from models.qwen3_moe.parallelize import ExpertParallelMixin
 
 
 class GptOssParallelPlan(ExpertParallelMixin, ParallelPlan):

@@ -1,4 +1,4 @@
-"""Mixtral's sparse block: Qwen3-MoE's router and grouped experts, sized by Mixtral's config.
+"""Mixtral's sparse block: the shared MoE router and grouped experts, sized by Mixtral's config.
 
 Every Mixtral layer is sparse: `num_local_experts` SwiGLU experts of width
 `intermediate_size`, top-`num_experts_per_tok` routing whose weights are always
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from models.qwen3_moe.layers import GroupedExperts, SparseMoeBlock, TopKRouter
+from models.common.moe.layers import GroupedExperts, SparseMoeBlock, TopKRouter
 
 
 class MixtralSparseMoeBlock(SparseMoeBlock):

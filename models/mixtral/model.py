@@ -16,10 +16,10 @@ from typing import Any
 
 from models.common.causal_lm import NativeCausalLM
 from models.common.layers import DecoderModel
+from models.common.moe.load_balancing import RouterAuxLossMixin
 from models.common.tie import reject_unsupported_tie_word_embeddings
 from models.mixtral.layers import mixtral_mlp
 from models.mixtral.state_dict_adapter import MixtralStateDictAdapter
-from models.qwen3_moe.model import RouterAuxLossMixin
 from models.registry import ModelCapabilities, TieSupport
 
 

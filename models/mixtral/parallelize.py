@@ -2,15 +2,15 @@
 
 FSDP units are the decoder layers; FSDP2 shards the grouped experts and the fp32 router
 like any other parameter. Expert parallelism spreads each layer's `GroupedExperts` over the
-1-D `ep` mesh (`ExpertParallelMixin`, shared with Qwen3-MoE). Every Mixtral layer is
+1-D `ep` mesh (`ExpertParallelMixin`, shared by the MoE families). Every Mixtral layer is
 sparse, so the tensor-parallel plan refuses it (its layers have no
 `mlp.{gate,up,down}_proj` linears); there is no tensor-parallel plan for the experts.
 """
 
 from __future__ import annotations
 
+from models.common.moe.parallelize import ExpertParallelMixin
 from models.common.parallelize import ParallelPlan
-from models.qwen3_moe.parallelize import ExpertParallelMixin
 
 
 class MixtralParallelPlan(ExpertParallelMixin, ParallelPlan):

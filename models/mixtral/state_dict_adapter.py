@@ -1,11 +1,11 @@
-"""Mixtral state-dict adapter: Qwen3-MoE's expert stacking plus Mixtral's checkpoint names.
+"""Mixtral state-dict adapter: the grouped experts' stacking plus Mixtral's checkpoint names.
 
 Mixtral checkpoints name the MoE block `block_sparse_moe` and each expert's projections
 `w1` (gate), `w3` (up) and `w2` (down): `model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight`
 and the router `model.layers.{i}.block_sparse_moe.gate.weight`. Native modules use the
 names of the shared MoE block (`mlp.gate`, `mlp.experts.{gate,up,down}_proj`, see
-`models.qwen3_moe.layers`). This adapter renames keys on the way in and out and otherwise
-is `Qwen3MoeStateDictAdapter`: per-expert tensors stacked in expert order, views on the way
+`models.common.moe.layers`). This adapter renames keys on the way in and out and otherwise
+is `GroupedExpertsStateDictAdapter`: per-expert tensors stacked in expert order, views on the way
 out, write-through load targets, refusal of missing or misnumbered experts.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from models.qwen3_moe.state_dict_adapter import Qwen3MoeStateDictAdapter
+from models.common.moe.state_dict_adapter import GroupedExpertsStateDictAdapter
 
 _NATIVE_TO_HF_PROJ = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
 _HF_TO_NATIVE_PROJ = {hf: native for native, hf in _NATIVE_TO_HF_PROJ.items()}
@@ -52,8 +52,8 @@ def _rename_moe_key(key: str, pattern: re.Pattern, block: str, projections: dict
     return f"{match['prefix']}.{block}.experts.{match['expert']}.{proj}.weight"
 
 
-class MixtralStateDictAdapter(Qwen3MoeStateDictAdapter):
-    """Qwen3-MoE's conversions with Mixtral's `block_sparse_moe` / `w1,w2,w3` key names."""
+class MixtralStateDictAdapter(GroupedExpertsStateDictAdapter):
+    """The grouped experts' conversions with Mixtral's `block_sparse_moe` / `w1,w2,w3` key names."""
 
     @classmethod
     def convert_single_tensor_to_hf(cls, fqn: str, tensor: torch.Tensor) -> list[tuple[str, Any]]:

@@ -2,7 +2,7 @@
 
 Layer i is sparse when it is not in `mlp_only_layers` and (i + 1) % `decoder_sparse_step`
 == 0; other layers use the dense SwiGLU MLP. The router stays fp32
-(`_keep_in_fp32_modules_strict`). Weights convert through `Qwen3MoeStateDictAdapter`.
+(`_keep_in_fp32_modules_strict`). Weights convert through `GroupedExpertsStateDictAdapter`.
 With `output_router_logits: true` the loss adds `router_aux_loss_coef` x the Switch
 load-balancing loss, as transformers does. `use_sliding_window` windows every layer, as
 transformers does. Every released Qwen3-MoE checkpoint is untied,
@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
-from transformers.modeling_outputs import MoeCausalLMOutputWithPast
 
 from models.common.causal_lm import NativeCausalLM
 from models.common.layers import DecoderModel, dense_mlp
+from models.common.moe.layers import SparseMoeBlock
+from models.common.moe.load_balancing import RouterAuxLossMixin
+from models.common.moe.state_dict_adapter import GroupedExpertsStateDictAdapter
 from models.common.tie import reject_unsupported_tie_word_embeddings
-from models.qwen3_moe.layers import SparseMoeBlock, load_balancing_loss
-from models.qwen3_moe.state_dict_adapter import Qwen3MoeStateDictAdapter
 from models.registry import ModelCapabilities, TieSupport
 
 
@@ -38,34 +37,12 @@ def moe_mlp(config: Any, layer_idx: int) -> nn.Module:
     return SparseMoeBlock(config) if is_sparse_layer(config, layer_idx) else dense_mlp(config, 0)
 
 
-class RouterAuxLossMixin:
-    """Adds the Switch load-balancing loss (x `router_aux_loss_coef`) to the forward's output
-    when `config.output_router_logits`, from the router logits every MoE block recorded
-    (`router_logits`, cleared here). Mixed in before `NativeCausalLM` by MoE families."""
-
-    def _output(
-        self, loss: torch.Tensor | None, logits: torch.Tensor, attention_mask: torch.Tensor | None
-    ) -> MoeCausalLMOutputWithPast:
-        blocks = [m for m in self.modules() if hasattr(m, "record_router_logits")]
-        recorded = [b.router_logits for b in blocks if b.router_logits is not None]
-        for block in blocks:
-            block.router_logits = None
-        aux = None
-        if self.config.output_router_logits and recorded:
-            aux = load_balancing_loss(
-                recorded, self.config.num_experts, self.config.num_experts_per_tok, attention_mask
-            )
-            if loss is not None:
-                loss = loss + self.config.router_aux_loss_coef * aux
-        return MoeCausalLMOutputWithPast(loss=loss, aux_loss=aux, logits=logits)
-
-
 class Qwen3MoeForCausalLM(RouterAuxLossMixin, NativeCausalLM):
     architecture = "Qwen3MoeForCausalLM"
     tie_word_embeddings_support = TieSupport.UNTIED_ONLY
     _tied_weights_keys: dict[str, str] = {}
     _keep_in_fp32_modules_strict = ["mlp.gate"]
-    state_dict_adapter = Qwen3MoeStateDictAdapter
+    state_dict_adapter = GroupedExpertsStateDictAdapter
 
     def __init__(self, config: Any) -> None:
         reject_unsupported_tie_word_embeddings(type(self), config)

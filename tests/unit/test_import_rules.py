@@ -155,7 +155,6 @@ ALLOWED: dict[str, Allowed] = {
             "sqlalchemy",
             "api",
             "worker",
-            "trainer",
             "jobs.store",
             "jobs.orchestration",
             "jobs.broker",

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.recipe.typed import Recipe
+from jobs.recipe.typed import TargetCall
 from trainer.checkpoint import consolidate, stage_export
 
 if TYPE_CHECKING:
@@ -29,23 +29,23 @@ if TYPE_CHECKING:
 BASE_MODEL_DIR = "base_model"
 
 
-def base_model_reference(recipe: Recipe) -> str | None:
+def base_model_reference(model: TargetCall) -> str | None:
     """The base model as `from_pretrained` elsewhere finds it; None for a from_config model."""
-    value = recipe.model.get("pretrained_model_name_or_path")
-    if not value:
+    value = model.text("pretrained_model_name_or_path")
+    if value is None:
         return None
-    path = Path(str(value)).expanduser()
-    return str(path.resolve()) if path.is_dir() else str(value)
+    path = Path(value).expanduser()
+    return str(path.resolve()) if path.is_dir() else value
 
 
-def base_generation_config(recipe: Recipe) -> Any:
+def base_generation_config(model: TargetCall) -> Any:
     """The base model directory's `generation_config.json`, or None when it has none."""
-    base = base_model_reference(recipe)
+    base = base_model_reference(model)
     if base is None:
         return None
     from transformers import GenerationConfig
 
-    from models.auto import ModelLoadError, resolve_model_dir
+    from models.common.config import ModelLoadError, resolve_model_dir
 
     try:
         directory = resolve_model_dir(base)
@@ -62,12 +62,12 @@ def save_model_dir(run: TrainingRun, staging: Path) -> None:
     if run.is_peft:
         _save_adapter(run, staging)
     elif run.pipeline is not None:  # every stage's parameters into one directory
-        generation = base_generation_config(run.recipe)
+        generation = base_generation_config(run.recipe.model)
         stage_export.save_pipeline_model(
             run.model, out_dir, run.topology, run.env.is_rank0, generation_config=generation
         )
     else:
-        generation = base_generation_config(run.recipe)
+        generation = base_generation_config(run.recipe.model)
         consolidate.save_consolidated_model(
             run.model, out_dir, run.env.is_rank0, generation_config=generation
         )
@@ -85,7 +85,7 @@ def snapshot_model_dir(run: TrainingRun, staging: Path) -> Callable[[], None] | 
         save_model_dir(run, staging)
         return None
     snapshot = consolidate.snapshot_consolidated_model(
-        run.model, run.env.is_rank0, generation_config=base_generation_config(run.recipe)
+        run.model, run.env.is_rank0, generation_config=base_generation_config(run.recipe.model)
     )
     _save_tokenizer(run.tokenizer, staging / "model", run.env.is_rank0)
     if snapshot is None:
@@ -94,7 +94,7 @@ def snapshot_model_dir(run: TrainingRun, staging: Path) -> Callable[[], None] | 
 
 
 def _save_adapter(run: TrainingRun, staging: Path) -> None:
-    is_rank0, base = run.env.is_rank0, base_model_reference(run.recipe)
+    is_rank0, base = run.env.is_rank0, base_model_reference(run.recipe.model)
     saved_here = base is None
     if saved_here:
         base_dir = staging / BASE_MODEL_DIR

@@ -1,7 +1,8 @@
 """The `_target_` allowlist: which callables a recipe may name, and how they are built.
 
 A recipe section with `_target_` names a callable; its sibling keys become keyword
-arguments and nested `_target_` dicts are built first. Only names in `TARGETS` resolve:
+arguments and nested `_target_` dicts are built first (`instantiate`, for a validated
+recipe's `TargetCall`). Only names in `TARGETS` resolve:
 tuneyard's own builders, `torch.optim` optimizers and LR schedulers, torch loss modules,
 and the `nemo_automodel.*` names seed recipes use, as aliases of ours. Each `TargetSpec`
 lists the keyword names a recipe may give (`params`, static so validation needs no torch)
@@ -22,11 +23,12 @@ from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean
 from jobs.recipe.load.plain import LEAVES
 from jobs.recipe.load.schema_errors import field_errors
 from jobs.recipe.targets.table import CANONICAL, KWARG_SYNONYMS, TARGETS, TargetSpec
+from jobs.recipe.typed import TargetCall
 
 __all__ = [
     "TARGETS",
     "TargetSpec",
-    "build",
+    "instantiate",
     "check_target_section",
     "fold_kwarg_synonyms",
     "is_target_section",
@@ -275,22 +277,22 @@ def _check_kwargs(spec: TargetSpec, kwargs: Mapping[str, Any], loc: str) -> list
     return errors
 
 
-def build(section: Mapping[str, Any], loc: str, **injected: Any) -> Any:
-    """Instantiate a `_target_` section: nested targets first, then the callable.
+def instantiate(call: TargetCall, loc: str, **injected: Any) -> Any:
+    """Build a validated recipe's `_target_`: nested targets first, then the callable.
 
-    Of the `injected` keywords, a spec gets those it declares as injected, plus defaults for
-    its own params the section leaves out (`max_steps` for a scheduler), so the trainer may
-    offer the same `tokenizer=` to every dataset.
+    The recipe passed every check when it was submitted, so its keywords are not checked
+    again; every name still resolves through the allowlist, and a nested `_target_` is built
+    only at a keyword its spec says takes one (anywhere else it stays a plain value). Of the
+    `injected` keywords, a spec gets those it declares as injected, plus defaults for its
+    own params the recipe leaves out (`max_steps` for a scheduler), so the trainer may offer
+    the same `tokenizer=` to every dataset.
     """
-    spec, errors = check_target_section(section, loc)
-    if errors or spec is None:
-        raise RecipeInvalid(errors)
+    spec = resolve_target(call.target, f"{loc}._target_")
     kwargs = {}
-    for key, value in section.items():
-        if key == "_target_":
-            continue
-        nested = spec.nested.get(key) and is_target_section(value)
-        kwargs[key] = build(value, f"{loc}.{key}") if nested else value
+    for key, value in call.kwargs.items():
+        nested = bool(spec.nested.get(key)) and is_target_section(value)
+        at = f"{loc}.{key}"
+        kwargs[key] = instantiate(TargetCall.from_json(value), at) if nested else value
     params = spec.params or frozenset()
     for key, value in injected.items():
         if key in spec.injected or (key in params and key not in kwargs):

@@ -23,10 +23,10 @@ from pg_databases import create_pg_database, drop_pg_database
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.main import create_app
+from cli.demo_assets import write_squad_dir
 from jobs.store.api_keys import create_api_key
 from jobs.store.engine import dispose_engines, get_engine, upgrade_database
 from jobs.store.settings import Settings
-from trainer.assets import write_squad_dir
 
 REDIS_URL = "redis://127.0.0.1:6379/1"
 TINY_LLAMA_CONFIG = {

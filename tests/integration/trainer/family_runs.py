@@ -33,7 +33,7 @@ def build_tiny(directory: Path, config_class: str, **config: Any) -> Path:
     tiny tokenizer beside it."""
     import transformers
 
-    from trainer.assets import build_tokenizer
+    from cli.demo_assets import build_tokenizer
 
     build_tokenizer(directory, vocab_size=512)
     hf_config = getattr(transformers, config_class)(**config)

@@ -27,7 +27,7 @@ def build_tiny_deepseek_v3(directory: Path) -> Path:
 
     import transformers
 
-    from trainer.assets import build_tokenizer
+    from cli.demo_assets import build_tokenizer
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "unit" / "models"))
     from _deepseek_v3_worker import seed_routers, tiny_config

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def build_tiny_qwen3_moe(directory: Path) -> Path:
     from transformers import AutoModelForCausalLM, Qwen3MoeConfig
 
-    from trainer.assets import build_tokenizer
+    from cli.demo_assets import build_tokenizer
 
     build_tokenizer(directory, vocab_size=512)
     config = Qwen3MoeConfig(

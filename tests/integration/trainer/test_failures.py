@@ -54,7 +54,7 @@ def test_malformed_data_line_is_a_data_error(run_main, assets: Assets) -> None:
 
 
 def test_missing_squad_split_is_a_data_error(run_main, assets: Assets) -> None:
-    from trainer.assets import write_squad_dir
+    from cli.demo_assets import write_squad_dir
 
     squad = write_squad_dir(assets.root / "squad-no-val")
     (squad / "validation.json").unlink()
@@ -72,7 +72,7 @@ def test_missing_squad_split_is_a_data_error(run_main, assets: Assets) -> None:
 def test_tokenizer_larger_than_model_vocab_is_a_data_error(run_main, assets: Assets) -> None:
     from transformers import LlamaForCausalLM
 
-    from trainer.assets import tiny_llama_config
+    from cli.demo_assets import tiny_llama_config
 
     small = assets.root / "tiny-llama-vocab256"
     LlamaForCausalLM(tiny_llama_config(vocab_size=256)).save_pretrained(small)

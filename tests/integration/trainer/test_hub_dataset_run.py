@@ -12,7 +12,7 @@ import pytest
 from fake_hub import squad_hub_rows, write_hub_dataset
 from trainer_harness import Assets, base_recipe, launch
 
-from trainer.assets import write_squad_dir
+from cli.demo_assets import write_squad_dir
 
 pytestmark = pytest.mark.slow
 

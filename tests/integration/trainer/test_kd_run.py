@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def teacher(assets: Assets) -> Path:
-    from trainer.assets import build_tiny_llama
+    from cli.demo_assets import build_tiny_llama
 
     return build_tiny_llama(assets.root / "tiny-teacher", seed=1, num_hidden_layers=4)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from trainer_harness import Assets, RunResult, base_recipe
 
-from trainer.assets import write_squad_dir
+from cli.demo_assets import write_squad_dir
 
 
 def unpacked_val_loss(checkpoint_model_dir, dataset_factory) -> float:

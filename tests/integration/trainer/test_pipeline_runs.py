@@ -20,7 +20,7 @@ import signal
 import pytest
 from trainer_harness import Assets, RunResult, base_recipe, launch, launch_until
 
-from trainer.assets import build_tiny_llama
+from cli.demo_assets import build_tiny_llama
 
 pytestmark = pytest.mark.slow
 

@@ -90,7 +90,7 @@ def test_the_started_event_is_the_plan_and_nothing_validates_again(assets, layou
 
 def test_max_steps_runs_past_the_end_of_an_epoch(assets):
     """16 samples in batches of 4 make 2 steps per epoch (grad accumulation 2): 7 steps run."""
-    from trainer.assets import write_instruction_jsonl
+    from cli.demo_assets import write_instruction_jsonl
 
     small = write_instruction_jsonl(assets.root / "data" / "small.jsonl", 16, seed=3)
     recipe = base_recipe(assets, step_scheduler={"max_steps": 7, "num_epochs": None,

@@ -215,7 +215,7 @@ def transformers_val_loss(model_dir: Path, val_path: Path) -> float:
 
 
 def build_assets(root: Path) -> Assets:
-    from trainer.assets import build_tiny_llama, write_instruction_jsonl
+    from cli.demo_assets import build_tiny_llama, write_instruction_jsonl
 
     # attention dropout makes exact resume depend on restoring every rank's RNG stream
     model = build_tiny_llama(root / "tiny-llama", attention_dropout=0.1)

@@ -17,7 +17,7 @@ STEPS = 30
 
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trainer.assets import build_tiny_llama
+    from cli.demo_assets import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("kd-teacher"), seed=1, num_hidden_layers=4)
 

@@ -124,7 +124,7 @@ def project_id(ty_env: dict[str, str]) -> int:
 @pytest.fixture(scope="session")
 def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny Llama, its tokenizer and reverse-the-digits data, built once per session."""
-    from trainer.assets import build_tiny_llama, write_instruction_jsonl
+    from cli.demo_assets import build_tiny_llama, write_instruction_jsonl
 
     base = tmp_path_factory.mktemp("assets")
     build_tiny_llama(base / "model")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainer.assets import write_squad_dir
+from cli.demo_assets import write_squad_dir
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIG = {"architectures": ["LlamaForCausalLM"], "vocab_size": 32000, "hidden_size": 512,

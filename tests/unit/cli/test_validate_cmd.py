@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import validate_cmd
-from trainer.assets import write_squad_dir
+from cli.demo_assets import write_squad_dir
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIG = {

@@ -92,8 +92,9 @@ def _trainer_model(model, distributed: dict[str, Any]):
 
     rank = dist.get_rank()
     env = DistEnv(rank, 2, rank, 2, torch.device("cpu"))
-    topology = build_mesh(env, layout(distributed, 2))
-    return parallelize(model, topology, distributed, env.device, None), topology
+    setup = layout(distributed, 2)
+    topology = build_mesh(env, setup)
+    return parallelize(model, topology, setup, env.device, None), topology
 
 
 def check_tp(sequence_parallel: bool, q_lora: bool) -> None:

@@ -97,9 +97,10 @@ def check_trainer(build=build_pair) -> None:
     ref_logits, _, ref_grads, total = reference_grads(reference, data, 1.0)
     env = DistEnv(rank, 2, rank, 2, torch.device("cpu"))
     distributed = {"strategy": "fsdp2", "ep_size": 2}
-    topology = build_mesh(env, layout(distributed, 2))
+    setup = layout(distributed, 2)
+    topology = build_mesh(env, setup)
     assert topology.ep_size == 2 and topology.dp_size == 2
-    model = parallelize(ep_model, topology, distributed, env.device, None)
+    model = parallelize(ep_model, topology, setup, env.device, None)
     logits = model(input_ids=data[rank]).logits
     torch.testing.assert_close(logits, ref_logits[rank], atol=1e-5, rtol=1e-5)
     (ce_sum(logits, data[rank]) * topology.dp_size / total).backward()

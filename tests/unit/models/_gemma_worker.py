@@ -80,8 +80,9 @@ def check_trainer_tp(family: str, sequence_parallel: bool) -> None:
     rank = dist.get_rank()
     env = DistEnv(rank, 2, rank, 2, torch.device("cpu"))
     distributed = {"strategy": "fsdp2", "tp_size": 2, "sequence_parallel": sequence_parallel}
-    topology = build_mesh(env, layout(distributed, 2))
-    model = parallelize(sharded, topology, distributed, env.device, None)
+    setup = layout(distributed, 2)
+    topology = build_mesh(env, setup)
+    model = parallelize(sharded, topology, setup, env.device, None)
     compare(reference, sharded, model)
 
 

@@ -53,7 +53,7 @@ def check_tp(sequence_parallel: bool, tied: bool) -> None:
     reference, sharded = _pair("mistral", tie_word_embeddings=tied)
     distributed = {"strategy": "fsdp2", "tp_size": 2, "sequence_parallel": sequence_parallel}
     topology, device = _trainer_topology(distributed)
-    model = parallelize(sharded, topology, distributed, device, None)
+    model = parallelize(sharded, topology, layout(distributed, 2), device, None)
     torch.manual_seed(1)
     ids = torch.randint(1, VOCAB, (2, 16))  # 16 > sliding_window 6
     mask = torch.ones_like(ids)

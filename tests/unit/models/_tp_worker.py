@@ -18,8 +18,8 @@ from layouts import layout
 
 
 def build(backend: str, tied: bool) -> torch.nn.Module:
+    from cli.demo_assets import tiny_llama_config
     from models import AutoModelForCausalLM
-    from trainer.assets import tiny_llama_config
 
     torch.manual_seed(0)
     config = tiny_llama_config(tie_word_embeddings=tied)
@@ -106,8 +106,9 @@ def check_trainer_tp(family: str, backend: str, sequence_parallel: bool, tied: b
     rank = dist.get_rank()
     env = DistEnv(rank, 2, rank, 2, torch.device("cpu"))
     distributed = {"strategy": "fsdp2", "tp_size": 2, "sequence_parallel": sequence_parallel}
-    topology = build_mesh(env, layout(distributed, 2))
-    model = parallelize(sharded, topology, distributed, env.device, None)
+    setup = layout(distributed, 2)
+    topology = build_mesh(env, setup)
+    model = parallelize(sharded, topology, setup, env.device, None)
     torch.manual_seed(1)
     ids = torch.randint(1, 512, (2, 16))
     ref_out, out = reference(input_ids=ids, labels=ids), model(input_ids=ids, labels=ids)

@@ -16,6 +16,6 @@ def family(request) -> str:
 
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory):
-    from trainer.assets import build_tiny_llama
+    from cli.demo_assets import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cli.demo_assets import tiny_llama_config
 from models import AutoModelForCausalLM
-from models.auto import ModelLoadError, native_class_for, resolve_dtype
-from trainer.assets import tiny_llama_config
+from models.common.config import ModelLoadError, native_class_for, resolve_dtype
 
 
 def test_dtype_names_resolve():

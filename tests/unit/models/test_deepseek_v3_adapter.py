@@ -12,8 +12,8 @@ import torch
 from _deepseek_v3_worker import seed_routers, tiny_config
 
 from models import AutoModelForCausalLM
+from models.common.moe.state_dict_adapter import ExpertMappingError
 from models.deepseek_v3.state_dict_adapter import DeepseekV3StateDictAdapter as A
-from models.qwen3_moe.state_dict_adapter import ExpertMappingError
 
 PROJ = ("gate_proj", "up_proj", "down_proj")
 

@@ -20,7 +20,7 @@ from _deepseek_v3_worker import VOCAB, YARN, seed_routers, seeded_pair, tiny_con
 from safetensors.torch import load_file
 
 from models import AutoModelForCausalLM, registry
-from models.auto import native_class_for
+from models.common.config import native_class_for
 from models.deepseek_v3.layers import DeepseekV3MoE, GroupLimitedRouter, MLAttention
 from models.deepseek_v3.model import DeepseekV3ForCausalLM
 

@@ -8,11 +8,13 @@ of different token counts. Single-process refusals are tested here too.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from gloo_cases import assert_cases_pass_on_two_ranks
+from layouts import layout
 from tiny_model_configs import make_config
 
 from models import AutoModelForCausalLM
@@ -59,6 +61,6 @@ def test_parallelize_refuses_ep_it_cannot_apply(family, strategy, message):
 
     model = AutoModelForCausalLM.from_config(make_config(family))
     topology = Topology(mesh=None, dp_size=2, dp_rank=0, tp_size=1, ep_size=2)
-    distributed = {"strategy": strategy, "ep_size": 2}
+    setup = replace(layout({"strategy": "fsdp2", "ep_size": 2}, 2), strategy=strategy)
     with pytest.raises(TrainerError, match=message):
-        parallelize(model, topology, distributed, torch.device("cpu"), None)
+        parallelize(model, topology, setup, torch.device("cpu"), None)

@@ -13,8 +13,9 @@ import transformers
 from family_checks import full_tensor, one_rank_gloo_mesh, shard_layers_then_model
 from gemma_tiny_configs import GEMMA_FAMILIES, VOCAB, gemma_config, randomize_norms
 
-from models.auto import AutoModelForCausalLM, native_class_for
+from models.auto import AutoModelForCausalLM
 from models.common import shard_load
+from models.common.config import native_class_for
 
 mesh = pytest.fixture(scope="module")(one_rank_gloo_mesh)
 

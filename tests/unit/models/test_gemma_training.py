@@ -22,7 +22,7 @@ from family_checks import (
 from gemma_tiny_configs import GEMMA_FAMILIES, VOCAB, gemma_config, randomize_norms
 
 from models import AutoModelForCausalLM, registry
-from models.auto import native_class_for
+from models.common.config import native_class_for
 from models.common.tie import TieWordEmbeddingsError
 from models.hooks import decoder_layers, parallel_plan, supports_tp
 from models.registry import TieSupport

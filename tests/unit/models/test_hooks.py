@@ -7,6 +7,7 @@ import torch
 from plugin_family import PLUGIN_PLAN, PluginLlama, registered_plugin
 from torch import nn
 
+from cli.demo_assets import tiny_llama_config
 from models import AutoModelForCausalLM, registry
 from models.hooks import (
     decoder_layers,
@@ -19,7 +20,6 @@ from models.hooks import (
     tp_plan,
 )
 from models.llama.model import LlamaForCausalLM
-from trainer.assets import tiny_llama_config
 
 
 @pytest.fixture(params=["native", "hf"])

@@ -15,12 +15,12 @@ import torch
 from mistral_family_configs import mixtral_config
 
 from models import AutoModelForCausalLM
+from models.common.moe.state_dict_adapter import ExpertMappingError
 from models.mixtral.state_dict_adapter import (
     MixtralStateDictAdapter,
     hf_key_to_native,
     native_key_to_hf,
 )
-from models.qwen3_moe.state_dict_adapter import ExpertMappingError
 
 A = MixtralStateDictAdapter
 

@@ -1,4 +1,5 @@
-"""Qwen3-MoE state-dict adapter: key mapping, expert order, reversibility, write-through load."""
+"""The grouped experts' state-dict adapter on a Qwen3-MoE model: key mapping, expert order,
+reversibility, write-through load."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import torch
 from tiny_model_configs import make_config
 
 from models import AutoModelForCausalLM
-from models.qwen3_moe.state_dict_adapter import ExpertMappingError, Qwen3MoeStateDictAdapter
+from models.common.moe.state_dict_adapter import ExpertMappingError, GroupedExpertsStateDictAdapter
 
-A = Qwen3MoeStateDictAdapter
+A = GroupedExpertsStateDictAdapter
 
 
 @pytest.fixture

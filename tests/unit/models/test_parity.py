@@ -16,8 +16,8 @@ from tiny_model_configs import FAMILIES, hf_to_native_state, make_config
 
 from models import AutoModelForCausalLM
 from models.common.layers import Attention, RMSNorm, SwiGLUMLP
+from models.common.moe.layers import SparseMoeBlock
 from models.common.rope import RotaryEmbedding
-from models.qwen3_moe.layers import SparseMoeBlock
 
 ATOL = 1e-5
 

@@ -12,8 +12,8 @@ from phi3_tiny import phi3_config
 from safetensors.torch import load_file, save_file
 
 from models import AutoModelForCausalLM
-from models.auto import native_class_for
 from models.common import shard_load
+from models.common.config import native_class_for
 from models.common.safetensors_io import CheckpointError
 from models.phi3.state_dict_adapter import FusedMappingError, Phi3StateDictAdapter
 

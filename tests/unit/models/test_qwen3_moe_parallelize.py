@@ -9,8 +9,9 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from models import AutoModelForCausalLM, hooks
-from models.qwen3_moe.layers import GroupedExperts
-from models.qwen3_moe.parallelize import QWEN3_MOE_PLAN, Qwen3MoeParallelPlan, grouped_experts
+from models.common.moe.layers import GroupedExperts
+from models.common.moe.parallelize import grouped_experts
+from models.qwen3_moe.parallelize import QWEN3_MOE_PLAN, Qwen3MoeParallelPlan
 
 
 def moe(**overrides) -> nn.Module:

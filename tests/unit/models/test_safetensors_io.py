@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from tiny_model_configs import make_config
 
 from models import AutoModelForCausalLM
-from models.auto import ModelLoadError
+from models.common.config import ModelLoadError
 from models.common.safetensors_io import (
     DTYPES,
     INDEX_FILE,

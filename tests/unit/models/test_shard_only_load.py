@@ -16,8 +16,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from models.auto import AutoModelForCausalLM, native_class_for
+from models.auto import AutoModelForCausalLM
 from models.common import shard_load
+from models.common.config import native_class_for
 from models.hooks import decoder_layers
 
 

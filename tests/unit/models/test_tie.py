@@ -8,7 +8,7 @@ from safetensors import safe_open
 from tiny_model_configs import make_config
 
 from models import AutoModelForCausalLM
-from models.auto import ModelLoadError
+from models.common.config import ModelLoadError
 from models.common.tie import TieWordEmbeddingsError
 from models.llama.model import LlamaForCausalLM
 from models.qwen3_moe.model import Qwen3MoeForCausalLM

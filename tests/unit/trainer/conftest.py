@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trainer.assets import build_tiny_llama
+    from cli.demo_assets import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("unit-tiny-llama"))
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cli.demo_assets import tiny_llama_config
 from jobs.recipe.plan.flops import model_flops_per_token
 from trainer import metrics
-from trainer.assets import tiny_llama_config
 
 
 def test_peak_table_by_device_name_and_dtype():

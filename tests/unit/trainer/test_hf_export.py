@@ -80,7 +80,7 @@ def test_generation_config_is_derived_when_the_base_has_none(
 ) -> None:
     from transformers import GenerationConfig
 
-    from trainer.assets import tiny_llama_config
+    from cli.demo_assets import tiny_llama_config
 
     model = _native(tiny_dir)
     config = {"config": tiny_llama_config().to_dict()}
@@ -123,16 +123,17 @@ def test_lora_on_a_from_config_model_saves_its_base_beside_the_adapter(
 ) -> None:
     from safetensors import safe_open
 
+    from cli.demo_assets import tiny_llama_config
     from models.auto import AutoModelForCausalLM
-    from trainer.assets import tiny_llama_config
     from trainer.distributed import build_mesh
     from trainer.parallelize import parallelize
 
     torch.manual_seed(3)
     model = AutoModelForCausalLM.from_config(tiny_llama_config(), dtype="float32")
     peft_model = _with_lora(model).eval()
-    topology = build_mesh(single_rank_group, one_rank_layout())
-    parallelize(peft_model, topology, {"strategy": "fsdp2"}, torch.device("cpu"), None)
+    layout = one_rank_layout()
+    topology = build_mesh(single_rank_group, layout)
+    parallelize(peft_model, topology, layout, torch.device("cpu"), None)
     ids = torch.randint(0, 512, (2, 7))
     with torch.no_grad():
         expected = peft_model(input_ids=ids).logits
@@ -152,4 +153,4 @@ def test_lora_on_a_from_config_model_saves_its_base_beside_the_adapter(
 @pytest.mark.parametrize("value", ["org/some-model", None])
 def test_base_model_reference_keeps_hub_ids_and_knows_from_config(value) -> None:
     call = TargetCall("x", {"pretrained_model_name_or_path": value} if value else {})
-    assert hf_export.base_model_reference(SimpleNamespace(model=call)) == value
+    assert hf_export.base_model_reference(call) == value

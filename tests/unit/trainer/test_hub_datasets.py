@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fake_hub import squad_hub_rows, write_hub_dataset
 
+from cli.demo_assets import instruction_pairs, write_instruction_jsonl, write_squad_dir
 from jobs.recipe.exit_codes import ExitCode
-from trainer.assets import instruction_pairs, write_instruction_jsonl, write_squad_dir
 from trainer.data.datasets import JsonlInstructionDataset, SquadDataset, TextDataset
 from trainer.errors import TrainerError
 

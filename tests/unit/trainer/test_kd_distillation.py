@@ -19,7 +19,7 @@ from trainer.loss import MaskedCrossEntropy, token_loss_sum
 def tiny(layers: int, seed: int):
     from transformers import LlamaForCausalLM
 
-    from trainer.assets import tiny_llama_config
+    from cli.demo_assets import tiny_llama_config
 
     torch.manual_seed(seed)
     return LlamaForCausalLM(tiny_llama_config(64, num_hidden_layers=layers)).eval()

@@ -12,7 +12,7 @@ import torch
 from plugin_family import PluginLlama, registered_plugin
 from torch import nn
 
-from trainer.assets import tiny_llama_config
+from cli.demo_assets import tiny_llama_config
 from trainer.parallelize import clip_grad_norm
 
 
@@ -30,11 +30,12 @@ def test_clip_grad_norm_matches_torch() -> None:
 
 
 def test_mixed_precision_policy_applies_on_cuda_only() -> None:
+    from jobs.recipe.typed import MixedPrecision
     from trainer.parallelize import _mp_policy
 
-    section = {"mp_policy": {"param_dtype": "bfloat16", "reduce_dtype": "float32"}}
-    assert _mp_policy(section, torch.device("cpu")).param_dtype is None
-    policy = _mp_policy(section, torch.device("cuda", 0))
+    config = MixedPrecision("bfloat16", "float32", None, cast_forward_inputs=True)
+    assert _mp_policy(config, torch.device("cpu")).param_dtype is None
+    policy = _mp_policy(config, torch.device("cuda", 0))
     assert policy.param_dtype == torch.bfloat16 and policy.reduce_dtype == torch.float32
 
 
@@ -51,9 +52,8 @@ def test_fsdp_units_come_from_the_rows_plan(plugin_row, single_rank_group, one_r
     from trainer.parallelize import parallelize
 
     model = PluginLlama(tiny_llama_config())
-    distributed = {"strategy": "fsdp2", "activation_checkpointing": True}
-    topology = build_mesh(single_rank_group, one_rank_layout(activation_checkpointing=True))
-    parallelize(model, topology, distributed, torch.device("cpu"), None)
+    layout = one_rank_layout(activation_checkpointing=True)
+    parallelize(model, build_mesh(single_rank_group, layout), layout, torch.device("cpu"), None)
     first, second = model.model.layers
     assert isinstance(first, FSDPModule) and not isinstance(second, FSDPModule)
     assert isinstance(model, FSDPModule)
@@ -61,7 +61,7 @@ def test_fsdp_units_come_from_the_rows_plan(plugin_row, single_rank_group, one_r
     model(input_ids=ids, labels=ids).loss.backward()
 
 
-def test_tp_refusal_comes_from_the_rows_plan(plugin_row):
+def test_tp_refusal_comes_from_the_rows_plan(plugin_row, one_rank_layout):
     from trainer.distributed import Topology
     from trainer.errors import TrainerError
     from trainer.parallelize import parallelize
@@ -69,7 +69,7 @@ def test_tp_refusal_comes_from_the_rows_plan(plugin_row):
     model = PluginLlama(tiny_llama_config())
     topology = Topology(mesh=None, dp_size=1, dp_rank=0, tp_size=2)
     with pytest.raises(TrainerError, match="plugin plan has no tensor-parallel layout"):
-        parallelize(model, topology, {"tp_size": 2}, torch.device("cpu"), None)
+        parallelize(model, topology, one_rank_layout(tp_size=2), torch.device("cpu"), None)
 
 
 def test_a_model_without_decoder_layers_is_refused_as_a_user_error(
@@ -79,9 +79,10 @@ def test_a_model_without_decoder_layers_is_refused_as_a_user_error(
     from trainer.errors import TrainerError
     from trainer.parallelize import parallelize
 
-    topology = build_mesh(single_rank_group, one_rank_layout())
+    layout = one_rank_layout()
+    topology = build_mesh(single_rank_group, layout)
     with pytest.raises(TrainerError, match="no `layers` ModuleList"):
-        parallelize(nn.Linear(2, 2), topology, {}, torch.device("cpu"), None)
+        parallelize(nn.Linear(2, 2), topology, layout, torch.device("cpu"), None)
 
 
 @pytest.mark.parametrize("tied", [False, True])
@@ -97,8 +98,8 @@ def test_untied_embedding_and_head_are_fsdp_units_of_their_own(
     from trainer.parallelize import parallelize
 
     model = AutoModelForCausalLM.from_config(tiny_llama_config(tie_word_embeddings=tied))
-    topology = build_mesh(single_rank_group, one_rank_layout())
-    parallelize(model, topology, {"strategy": "fsdp2"}, torch.device("cpu"), None)
+    layout = one_rank_layout()
+    parallelize(model, build_mesh(single_rank_group, layout), layout, torch.device("cpu"), None)
     ends = (model.get_input_embeddings(), model.get_output_embeddings())
     assert [isinstance(m, FSDPModule) for m in ends] == [not tied, not tied]
     assert isinstance(model, FSDPModule)

@@ -26,15 +26,15 @@ def test_fsdp2_consolidated_checkpoint_gives_the_same_logits(
 ) -> None:
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
-    from trainer.assets import tiny_llama_config
+    from cli.demo_assets import tiny_llama_config
     from trainer.distributed import build_mesh
     from trainer.parallelize import parallelize
 
     torch.manual_seed(0)
     tied_model = LlamaForCausalLM(tiny_llama_config(tie_word_embeddings=True))
     model = tied_model if tied else _tiny_model(tiny_dir)
-    topology = build_mesh(single_rank_group, one_rank_layout())
-    parallelize(model, topology, {"strategy": "fsdp2"}, torch.device("cpu"), None)
+    layout = one_rank_layout()
+    parallelize(model, build_mesh(single_rank_group, layout), layout, torch.device("cpu"), None)
     ids = torch.randint(0, 512, (2, 9))
     with torch.no_grad():
         expected = model(input_ids=ids).logits
@@ -52,7 +52,7 @@ def test_fsdp2_consolidated_checkpoint_gives_the_same_logits(
 def test_load_model_weights_refuses_a_mismatched_checkpoint(tiny_dir: Path, tmp_path: Path):
     from transformers import LlamaForCausalLM
 
-    from trainer.assets import tiny_llama_config
+    from cli.demo_assets import tiny_llama_config
 
     LlamaForCausalLM(tiny_llama_config(hidden_size=32, intermediate_size=64)).save_pretrained(
         tmp_path / "other"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from cli.demo_assets import write_instruction_jsonl, write_squad_dir
 from jobs.recipe.exit_codes import ExitCode
-from trainer.assets import write_instruction_jsonl, write_squad_dir
 from trainer.data.collate import Collator, PackedDataset, shifted_labels
 from trainer.data.datasets import (
     JsonlInstructionDataset,

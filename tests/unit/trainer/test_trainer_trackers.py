@@ -32,7 +32,7 @@ def offline_trackers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def typed(tiny_dir: Path, tmp_path: Path):
     """A validated recipe on the tiny model, with the given tracker sections."""
-    from trainer.assets import write_instruction_jsonl
+    from cli.demo_assets import write_instruction_jsonl
 
     data = write_instruction_jsonl(tmp_path / "data" / "train.jsonl", 16, seed=0)
     settings = RecipeSettings(home=tmp_path / "home", data_roots=f"{tiny_dir.parent}:{tmp_path}",

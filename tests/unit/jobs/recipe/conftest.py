@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from recipe_asserts import write_model_dir
 
+from cli.demo_assets import write_squad_dir
 from jobs.recipe.settings import RecipeSettings as Settings
 from jobs.recipe.validation import ValidationResult, validate_job
-from trainer.assets import write_squad_dir
 
 
 @pytest.fixture(autouse=True)

@@ -38,7 +38,7 @@ def test_the_operator_or_a_project_grant_allows_remote_code(settings, recipe):
     recipe["model"]["trust_remote_code"] = True
     granted = validate_job(copy.deepcopy(recipe), settings=settings, allow_remote_code=True)
     assert granted.valid and granted.plan["trust_remote_code"] is True
-    assert granted.typed.model.get("trust_remote_code") is True
+    assert granted.typed.trust_remote_code is True
     operator = settings.model_copy(update={"allow_remote_code": True})
     assert validate_job(copy.deepcopy(recipe), settings=operator).valid
 

@@ -13,9 +13,9 @@ import random
 import pytest
 import torch
 
+from cli.demo_assets import tiny_llama_config
 from jobs.recipe.typed import PackedSequence, TargetCall
 from trainer import builders
-from trainer.assets import tiny_llama_config
 from trainer.data.collate import IGNORE, Collator, PackedDataset, sample_labels
 from trainer.data.thd import SEQ_LENS_PAD, document_lengths
 from trainer.forward import model_logits

@@ -27,7 +27,7 @@ def _warning_locs(result) -> list[str]:
 def test_torch_dtype_aliases(validate, recipe, alias, dtype):
     recipe["model"].pop("dtype")
     recipe["model"]["torch_dtype"] = alias
-    assert _valid(validate, recipe).typed.model.get("torch_dtype") == dtype
+    assert _valid(validate, recipe).typed.model.kwargs["torch_dtype"] == dtype
 
 
 def test_target_modules_as_one_glob_string(validate, recipe):

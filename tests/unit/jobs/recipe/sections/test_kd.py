@@ -44,9 +44,9 @@ def test_automodel_kd_recipe_validates_and_types_its_keys(validate, kd_recipe):
     typed = result.typed
     assert typed.recipe == "llm_kd"
     assert typed.kd_ratio == 0.25
-    assert typed.kd_loss_fn.get("temperature") == 2.0
+    assert typed.kd_loss_fn.kwargs["temperature"] == 2.0
     assert (
-        typed.teacher_model.get("pretrained_model_name_or_path")
+        typed.teacher_model.kwargs["pretrained_model_name_or_path"]
         == kd_recipe["teacher_model"]["pretrained_model_name_or_path"]
     )
     assert Recipe.from_json(typed.to_json()) == typed

@@ -13,7 +13,14 @@ from recipe_asserts import error_at, locs
 from jobs.recipe.errors import RecipeInvalid
 from jobs.recipe.load.schema import PeftSection
 from jobs.recipe.targets import allowlist as targets
-from jobs.recipe.targets.allowlist import TARGETS, TargetSpec, build, load_callable, resolve_target
+from jobs.recipe.targets.allowlist import (
+    TARGETS,
+    TargetSpec,
+    instantiate,
+    load_callable,
+    resolve_target,
+)
+from jobs.recipe.typed import TargetCall
 
 REFUSED = [
     "os.system",
@@ -144,19 +151,32 @@ def test_load_callable_refuses_specs_not_in_the_table():
         load_callable(forged)
 
 
-def test_build_instantiates_an_allowlisted_target():
-    lora = build({"_target_": "tuneyard.peft.LoraConfig", "dim": 4}, "peft")
+def test_instantiate_builds_an_allowlisted_target():
+    lora = instantiate(TargetCall("tuneyard.peft.LoraConfig", {"dim": 4}), "peft")
     assert isinstance(lora, PeftSection) and lora.dim == 4
 
 
-def test_build_refuses_bad_kwargs_before_importing(monkeypatch):
+@pytest.mark.parametrize("name", ["os.system", "builtins.eval", "torch.optim.AdamW.__init__"])
+def test_instantiate_resolves_only_allowlisted_names_and_imports_nothing_else(name, monkeypatch):
+    """A stored recipe is not checked again, but every name still goes through the table."""
     monkeypatch.setattr(importlib, "import_module", lambda *a: pytest.fail("imported"))
     with pytest.raises(RecipeInvalid) as info:
-        build({"_target_": "torch.optim.AdamW", "lrr": 1}, "optimizer")
-    assert [e.loc for e in info.value.errors] == ["optimizer.lrr"]
+        instantiate(TargetCall(name, {}), "optimizer")
+    assert [e.loc for e in info.value.errors] == ["optimizer._target_"]
 
 
-def test_build_is_recursive_and_passes_only_declared_injections(monkeypatch):
+def test_instantiate_refuses_a_nested_name_off_the_allowlist(monkeypatch):
+    spec = TargetSpec(
+        "test.Record", "builtins:dict", "loss", frozenset({"inner"}), nested={"inner": {"loss"}}
+    )
+    monkeypatch.setitem(targets.TARGETS, "test.Record", spec)
+    monkeypatch.setattr(targets, "_ALLOWED_SPECS", targets._ALLOWED_SPECS | {spec})
+    with pytest.raises(RecipeInvalid) as info:
+        instantiate(TargetCall("test.Record", {"inner": {"_target_": "os.system"}}), "loss_fn")
+    assert [e.loc for e in info.value.errors] == ["loss_fn.inner._target_"]
+
+
+def test_instantiate_is_recursive_and_passes_only_declared_injections(monkeypatch):
     spec = TargetSpec(
         "test.Record",
         "builtins:dict",
@@ -168,7 +188,8 @@ def test_build_is_recursive_and_passes_only_declared_injections(monkeypatch):
     monkeypatch.setitem(targets.TARGETS, "test.Record", spec)
     monkeypatch.setattr(targets, "_ALLOWED_SPECS", targets._ALLOWED_SPECS | {spec})
     section = {"_target_": "test.Record", "inner": {"_target_": "test.Record", "n": 1}}
-    built = build(section, "loss_fn", tokenizer="tok", optimizer="not declared", n=5)
+    call = TargetCall.from_json(section)
+    built = instantiate(call, "loss_fn", tokenizer="tok", optimizer="not declared", n=5)
     assert built == {"inner": {"n": 1}, "tokenizer": "tok", "n": 5}
 
 
@@ -221,9 +242,13 @@ def test_a_loader_nested_in_a_plain_field_is_refused_and_never_built(validate, r
     recipe["optimizer"]["weight_decay"] = loader
     result = validate(recipe)
     assert not result.valid and "optimizer.weight_decay._target_" in locs(result)
-    with pytest.raises(RecipeInvalid) as refused:  # a tampered stored recipe: build refuses too
-        build({**recipe["optimizer"], "params": []}, "optimizer")
-    assert "optimizer.weight_decay._target_" in [e.loc for e in refused.value.errors]
+    import torch
+
+    # A tampered stored recipe: a `_target_` where none is built stays a plain value, which
+    # the optimizer refuses; the loader is never imported nor its code run.
+    tampered = TargetCall.from_json(recipe["optimizer"])
+    with pytest.raises((TypeError, ValueError)):
+        instantiate(tampered, "optimizer", params=[torch.nn.Parameter(torch.zeros(1))])
     assert not (data_root / "RAN").exists()
 
 

@@ -1,10 +1,14 @@
-"""Small local assets built from nothing: a BPE tokenizer, a tiny Llama, learnable data.
+"""The demo's assets, built from nothing: a BPE tokenizer, a tiny Llama, learnable data.
 
-Tests, benchmarks and `tuneyard demo` need a model and data without touching a hub. The
-tokenizer is a byte-level BPE trained in a fraction of a second on the generated corpus;
-the model is a Llama-style config with seeded random weights saved as safetensors; the data
-is an instruction task a small model visibly learns (reverse four spaced digits), so the
-loss falls within a few dozen steps and held-out prompts come out right within a few hundred.
+`tuneyard demo` trains a model on this machine without touching a hub, and tests,
+benchmarks and the example builders reuse the same pieces; the trainer never imports this
+module. The tokenizer is a byte-level BPE trained in a fraction of a second on the generated
+corpus; the model is a Llama-style config with seeded random weights saved as safetensors;
+the data is an instruction task a small model visibly learns (reverse four spaced digits),
+so the loss falls within a few dozen steps and held-out prompts come out right within a few
+hundred. SQuAD-format files and `greedy_answers` (the demo's before/after table) sit beside
+them. The torch stack is imported inside the functions that need it, so importing this
+module stays cheap.
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
-"""Qwen3-MoE sparse block: an fp32 softmax top-k router and grouped routed experts.
+"""The sparse MoE block's pieces: an fp32 softmax top-k router and grouped routed experts.
 
-Native layout keeps each projection of all experts in one tensor, indexed by expert id:
+The experts keep each projection of all experts in one tensor, indexed by expert id:
 `experts.gate_proj` and `experts.up_proj` are (num_experts, moe_intermediate, hidden),
 `experts.down_proj` is (num_experts, hidden, moe_intermediate) -- the Hugging Face
 per-expert `nn.Linear` weights stacked in expert order, with no transposes (see
-`state_dict_adapter.py`). The router (`gate`) computes in fp32 whatever the model dtype,
-and is listed in `_keep_in_fp32_modules_strict` so its weight stays fp32 too.
+`state_dict_adapter.py`); with an `ep` mesh they run through `expert_parallel.py`. The
+router (`gate`) computes in fp32 whatever the model dtype; a family lists it in
+`_keep_in_fp32_modules_strict` so its weight stays fp32 too. Sizes and renormalisation
+default to the config's `num_experts`, `moe_intermediate_size` and `norm_topk_prob`;
+families whose configs name them otherwise pass them in.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.common.layers import _ACTIVATIONS
-from models.qwen3_moe.expert_parallel import expert_parallel_forward, shard_experts
+from models.common.moe.expert_parallel import expert_parallel_forward, shard_experts
 
 
 class TopKRouter(nn.Module):
@@ -26,7 +29,7 @@ class TopKRouter(nn.Module):
     def __init__(self, config: Any, norm_topk_prob: bool | None = None) -> None:
         super().__init__()
         self.top_k = config.num_experts_per_tok
-        # Families that always renormalise (Mixtral) pass it; Qwen3-MoE reads its config.
+        # Families that always renormalise (Mixtral) pass it; others read their config.
         self.norm_topk_prob = bool(
             config.norm_topk_prob if norm_topk_prob is None else norm_topk_prob
         )
@@ -98,7 +101,7 @@ class GroupedExperts(nn.Module):
 
 
 class SparseMoeBlock(nn.Module):
-    """Router + routed experts (Qwen3-MoE has no shared expert).
+    """Router + routed experts, without a shared expert.
 
     With `record_router_logits` set, the last forward's router logits stay on
     `router_logits` for the load-balancing loss (read and cleared by the model).
@@ -121,32 +124,3 @@ class SparseMoeBlock(nn.Module):
         if self.record_router_logits:
             self.router_logits = logits
         return self.experts(flat, weights, experts).reshape(shape)
-
-
-def load_balancing_loss(
-    router_logits: list[torch.Tensor],
-    num_experts: int,
-    top_k: int,
-    attention_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Switch-Transformer load-balancing loss, summed over layers as transformers does:
-    num_experts * sum_e(fraction of routed slots to e * mean router probability of e),
-    counting only non-padding tokens when a mask is given."""
-    device = router_logits[0].device
-    tokens_per_expert = torch.zeros(num_experts, dtype=torch.float32, device=device)
-    prob_per_expert = torch.zeros(num_experts, dtype=torch.float32, device=device)
-    rows = 0.0
-    mask = None if attention_mask is None else attention_mask.reshape(-1).to(device, torch.float32)
-    for logits in router_logits:
-        probs = torch.softmax(logits.float(), dim=-1)
-        chosen = torch.topk(probs, top_k, dim=-1).indices.reshape(-1)
-        weight = (
-            torch.ones_like(chosen, dtype=torch.float32)
-            if mask is None
-            else (mask.repeat_interleave(top_k))
-        )
-        tokens_per_expert = tokens_per_expert.scatter_add(0, chosen, weight)
-        masked = probs if mask is None else probs * mask.unsqueeze(-1)
-        prob_per_expert = prob_per_expert + masked.sum(dim=0)
-        rows = rows + (probs.shape[0] if mask is None else mask.sum())
-    return num_experts * torch.sum((tokens_per_expert / rows) * (prob_per_expert / rows))

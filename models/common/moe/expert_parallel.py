@@ -1,6 +1,6 @@
 """Expert parallelism for the grouped experts: each rank of an `ep` mesh keeps E/ep experts.
 
-`shard_experts(experts, mesh)` replaces the three `[E, ...]` expert tensors by DTensors
+`shard_experts(experts, mesh)` replaces the `[E, ...]` expert tensors by DTensors
 `Shard(0)` on the 1-D `mesh`, whose local piece on rank r is experts
 [r*E/ep, (r+1)*E/ep) in expert order, so `full_tensor()` (checkpoint consolidation), DCP
 and gradient-norm clipping see the whole model. `expert_parallel_forward` runs one MoE
@@ -12,7 +12,8 @@ gives each local expert the gradient of the SUM of all ranks' losses. The gather
 the sum are zero-padded sum all-reduces (`_AllReduceSum`, whose backward is the same
 all-reduce of the gradients; gloo has it). An experts module names its `[E, ...]` tensors
 in `expert_tensor_names` and runs one expert with `expert_forward(chunk, *its slices)`
-(Qwen3-MoE's SwiGLU by default; gpt-oss adds biases and its clamped activation).
+(the bias-free SwiGLU of `GroupedExperts` by default; gpt-oss's experts add biases and a
+clamped activation).
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
-"""Qwen3-MoE state-dict adapter: Hugging Face per-expert tensors <-> native grouped tensors.
+"""Grouped experts' state-dict adapter: Hugging Face per-expert tensors <-> grouped tensors.
 
 Hugging Face checkpoints hold `...mlp.experts.{e}.{gate,up,down}_proj.weight`, one 2-D
-tensor per expert; native keeps `...mlp.experts.{gate,up,down}_proj`, the same tensors
-stacked on a new leading expert dimension in expert-index order (no transpose, no dtype
-change). Everything else (attention, norms, router `mlp.gate.weight`, dense MLPs of
-`mlp_only_layers`) has the same name on both sides. `from_hf` refuses missing, extra or
-misnumbered experts; `to_hf` and the load targets are views (no copies), which is why
-loading writes each checkpoint tensor straight into the grouped parameter
-(`supports_low_memory_load`), unless parameters are already sharded DTensors.
+tensor per expert; the grouped layout keeps `...mlp.experts.{gate,up,down}_proj`, the same
+tensors stacked on a new leading expert dimension in expert-index order (no transpose, no
+dtype change). Everything else (attention, norms, router `mlp.gate.weight`, dense MLPs)
+has the same name on both sides. `from_hf` refuses missing, extra or misnumbered experts;
+`to_hf` and the load targets are views (no copies), which is why loading writes each
+checkpoint tensor straight into the grouped parameter (`supports_low_memory_load`), unless
+parameters are already sharded DTensors. The expert count is `config.num_experts`;
+families whose config names it otherwise, or whose checkpoints name the keys otherwise,
+subclass the adapter.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class ExpertMappingError(KeyError):
     """A state dict whose expert tensors do not map one-to-one onto the native layout."""
 
 
-class Qwen3MoeStateDictAdapter:
+class GroupedExpertsStateDictAdapter:
     """Stateless conversions; `config.num_experts` fixes how many experts each layer has."""
 
     # Per-expert targets are views into a grouped parameter: once it is a sharded DTensor
