@@ -1,7 +1,8 @@
 """The trainer's one door into model code: find the family's row, call its plan or adapter.
 
-The trainer never reaches into a model's code. `parallel_plan(model)` looks up the registry
-row of the model's family (through every compile / DDP / FSDP / PEFT wrapper, by type) and
+The trainer never reaches into a model's code. `capabilities(model)` is the row's statement
+of what the family supports (the one validation checked the recipe against), and
+`parallel_plan(model)` looks up the registry row of the model's family (through every compile / DDP / FSDP / PEFT wrapper, by type) and
 returns the family's `ParallelPlan`, which `trainer.parallelize` applies. The functions
 below call that plan: the FSDP and activation-checkpoint units (`decoder_layers`), the
 tensor-parallel plan and its refusals (`tp_plan`, `tp_unsupported_reason`, `supports_tp`),
@@ -30,6 +31,7 @@ from models.common.wrappers import unwrap_model
 
 __all__ = [
     "apply_expert_parallel",
+    "capabilities",
     "decoder_layers",
     "ep_unsupported_reason",
     "family_entry",
@@ -71,6 +73,13 @@ def family_entry(model: nn.Module) -> registry.ArchEntry | None:
     if not isinstance(inner, PreTrainedModel):
         return None
     return registry.entry_for_model_type(getattr(inner.config, "model_type", "") or "")
+
+
+def capabilities(model: nn.Module) -> registry.ModelCapabilities:
+    """What the family's row says the trainer may run (what validation read for the recipe);
+    data parallelism only for an unregistered architecture."""
+    entry = family_entry(model)
+    return entry.capabilities if entry else registry.HF_FALLBACK_CAPABILITIES
 
 
 def parallel_plan(model: nn.Module) -> ParallelPlan:

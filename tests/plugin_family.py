@@ -38,7 +38,7 @@ PLUGIN_PLAN = FirstLayerOnlyPlan()
 @contextmanager
 def registered_plugin() -> Iterator[registry.ArchEntry]:
     entry = registry.ArchEntry(
-        ARCHITECTURE, __name__, "PluginLlama", registry.ModelCapabilities(),
+        ARCHITECTURE, __name__, "PluginLlama", registry.ModelCapabilities(supports_tp=True),
         registry.TieSupport.BOTH, "plugin", parallel_plan=f"{__name__}:PLUGIN_PLAN",
         state_dict_adapter=ADAPTER,
     )  # fmt: skip

@@ -30,6 +30,7 @@ from jobs.recipe.typed import Compile, MixedPrecision
 from jobs.recipe.typed import Topology as Layout
 from models import hooks
 from models.common.parallelize import ParallelPlan
+from models.common.wrappers import unwrap_model
 from trainer.context_parallel import apply_context_parallel
 from trainer.distributed import Topology
 from trainer.errors import data_error, unsupported
@@ -148,6 +149,24 @@ def _untied_ends(model: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
     return (embedding, head) if plain else (None, None)
 
 
+def row_refusal(model: nn.Module, layout: Layout) -> str | None:
+    """The split the family's registry row does not support (validation read the same row;
+    this guards a model whose files changed after it), else None."""
+    caps = hooks.capabilities(model)
+    name = type(unwrap_model(model)).__name__
+    for field, size, supported in (
+        ("tp_size", layout.tp_size, caps.supports_tp),
+        ("pp_size", layout.pp_size, caps.supports_pp),
+        ("cp_size", layout.cp_size, caps.supports_cp),
+        ("ep_size", layout.ep_size, caps.supports_ep),
+    ):
+        if size > 1 and not supported:
+            return f"distributed.{field}: {name} does not support it; set distributed.{field}: 1"
+    if layout.sequence_parallel and not caps.supports_sequence_parallel:
+        return f"distributed.sequence_parallel: {name} does not support it; set it to false"
+    return None
+
+
 def parallelize(
     model: nn.Module,
     topology: Topology,
@@ -163,6 +182,9 @@ def parallelize(
     if not any(p.is_meta for p in model.parameters()):
         model.to(device)
     plan = hooks.parallel_plan(model)
+    refusal = row_refusal(model, layout)
+    if refusal:
+        raise unsupported(refusal)
     if topology.tp_size > 1:
         apply_tensor_parallel(model, plan, topology, layout.sequence_parallel)
     strategy = layout.strategy

@@ -42,6 +42,7 @@ from trainer.parallelize import (
     apply_fsdp2,
     apply_tensor_parallel,
     clip_grad_norm,
+    row_refusal,
 )
 
 if TYPE_CHECKING:
@@ -161,6 +162,9 @@ def build_pipeline(
     if layout.strategy != "fsdp2" or schedule is None:
         raise unsupported("distributed.pp_size > 1 needs strategy: fsdp2")
     plan = hooks.parallel_plan(model)  # the family's plan, found before pruning
+    refusal = row_refusal(model, layout)
+    if refusal:
+        raise unsupported(refusal)
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None:
         raise data_error(f"model: {type(model).__name__} has no model.layers to split")

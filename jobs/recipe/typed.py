@@ -117,21 +117,6 @@ class Topology:
     activation_checkpointing: bool | str  # False, or the mode ("full", "selective")
     options: dict[str, Any]  # the strategy's own keys (mp_policy, cpu_offload, ...)
 
-    def section(self) -> dict[str, Any]:
-        """The flat `distributed:` mapping (setup keys and strategy options together)."""
-        keys = (
-            "strategy",
-            "dp_size",
-            "dp_replicate_size",
-            "tp_size",
-            "pp_size",
-            "cp_size",
-            "ep_size",
-            "sequence_parallel",
-            "activation_checkpointing",
-        )
-        return {**{k: getattr(self, k) for k in keys}, **self.options}
-
     @property
     def mixed_precision(self) -> MixedPrecision | None:
         """FSDP2's `mp_policy`, or None to train in the model's dtype."""

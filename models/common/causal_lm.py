@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from models import registry
 from models.common.config import NATIVE_ATTENTION, config_dtype, resolve_dtype
 from models.common.layers import _ACTIVATIONS, RMSNorm
 from models.common.rope import RotaryEmbedding, rope_unsupported_reason
@@ -37,11 +38,9 @@ _IGNORED_CHECKPOINT_KEYS = ("*.rotary_emb.inv_freq",)
 class NativeCausalLM(nn.Module):
     """`model` (embeddings, layers, norm) + `lm_head`, with Hugging Face parameter names."""
 
-    architecture: ClassVar[str] = ""
-    tie_word_embeddings_support: ClassVar[TieSupport] = TieSupport.BOTH
+    architecture: ClassVar[str] = ""  # its row in models.registry says what it supports
     _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.weight": "model.embed_tokens.weight"}
     _keep_in_fp32_modules_strict: ClassVar[list[str]] = []
-    state_dict_adapter: ClassVar[Any] = None
 
     def __init__(self, config: Any, backbone: nn.Module) -> None:
         super().__init__()
@@ -49,6 +48,27 @@ class NativeCausalLM(nn.Module):
         self.model = backbone
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()
+
+    # --- the registry row -------------------------------------------------------------
+    @classmethod
+    def registry_row(cls) -> registry.ArchEntry:
+        """This class's row: the one statement of its capabilities, tie support and adapter."""
+        entry = registry.get_entry(cls.architecture)
+        if entry is None:
+            raise LookupError(
+                f"{cls.__name__}: architecture {cls.architecture!r} has no row in "
+                "models.registry; register one (registry.register)"
+            )
+        return entry
+
+    @classmethod
+    def tie_support(cls) -> TieSupport:
+        return cls.registry_row().tie_support
+
+    @classmethod
+    def state_dict_adapter(cls) -> Any | None:
+        """The row's state-dict adapter, or None when names match Hugging Face's."""
+        return registry.load_state_dict_adapter(cls.registry_row())
 
     # --- config support -------------------------------------------------------------
     @classmethod
@@ -240,8 +260,9 @@ class NativeCausalLM(nn.Module):
     def hf_load_targets(self) -> dict[str, torch.Tensor]:
         """Checkpoint key -> the tensor (a parameter or a view of one) it is read into."""
         params = dict(self.named_parameters())  # tied lm_head is deduplicated away
-        if self.state_dict_adapter is not None:
-            return self.state_dict_adapter.hf_targets(params, self.config)
+        adapter = self.state_dict_adapter()
+        if adapter is not None:
+            return adapter.hf_targets(params, self.config)
         return params
 
     def load_hf_weights(self, directory: Path) -> None:
@@ -273,8 +294,9 @@ class NativeCausalLM(nn.Module):
     def hf_state_items(self) -> Iterator[tuple[str, torch.Tensor]]:
         """(Hugging Face key, tensor) pairs, without copies (views for split tensors)."""
         params = dict(self.named_parameters())
-        if self.state_dict_adapter is not None:
-            yield from self.state_dict_adapter.to_hf(params, self.config).items()
+        adapter = self.state_dict_adapter()
+        if adapter is not None:
+            yield from adapter.to_hf(params, self.config).items()
         else:
             yield from params.items()
 

@@ -41,7 +41,7 @@ def supports_shard_only_load(cls: type) -> bool:
     """True when every load target of `cls` is a whole parameter (no layout conversion)."""
     if not (isinstance(cls, type) and issubclass(cls, NativeCausalLM)):
         return False
-    adapter = cls.state_dict_adapter
+    adapter = cls.state_dict_adapter()
     return adapter is None or bool(getattr(adapter, "supports_low_memory_dcp_load", False))
 
 
@@ -79,8 +79,9 @@ def build_meta_native(
 def _load_targets(model: NativeCausalLM) -> dict[str, torch.Tensor]:
     """Checkpoint key -> parameter, with activation-checkpoint wrapper names removed."""
     params = {n.replace(_CHECKPOINT_PREFIX, ""): p for n, p in model.named_parameters()}
-    if model.state_dict_adapter is not None:
-        return model.state_dict_adapter.hf_targets(params, model.config)
+    adapter = model.state_dict_adapter()
+    if adapter is not None:
+        return adapter.hf_targets(params, model.config)
     return params
 
 

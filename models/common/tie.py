@@ -1,6 +1,6 @@
 """Tied input/output embeddings policy: which classes may tie, and who decides.
 
-Every native causal-LM class declares `tie_word_embeddings_support` (a `TieSupport`).
+Every native causal-LM class's registry row says its `TieSupport` (`cls.tie_support()`).
 `reject_unsupported_tie_word_embeddings` runs first in each `__init__` and refuses a config
 the policy does not allow; `tie_enabled` reads the config flag only under BOTH (TIED_ONLY
 and UNTIED_ONLY are authoritative); `reject_tie_word_embeddings_flip` keeps the
@@ -23,7 +23,7 @@ def _flag(config: Any) -> bool:
 
 
 def reject_unsupported_tie_word_embeddings(cls: type, config: Any) -> None:
-    policy = cls.tie_word_embeddings_support
+    policy = cls.tie_support()
     tied = _flag(config)
     if policy is TieSupport.TIED_ONLY and not tied:
         raise TieWordEmbeddingsError(
@@ -38,7 +38,7 @@ def reject_unsupported_tie_word_embeddings(cls: type, config: Any) -> None:
 
 
 def tie_enabled(cls: type, config: Any) -> bool:
-    policy = cls.tie_word_embeddings_support
+    policy = cls.tie_support()
     if policy is TieSupport.TIED_ONLY:
         return True
     if policy is TieSupport.UNTIED_ONLY:

@@ -25,8 +25,6 @@ from models.common.causal_lm import NativeCausalLM
 from models.common.layers import DecoderModel
 from models.common.tie import reject_unsupported_tie_word_embeddings
 from models.deepseek_v3.layers import MLAttention, deepseek_mlp
-from models.deepseek_v3.state_dict_adapter import DeepseekV3StateDictAdapter
-from models.registry import ModelCapabilities, TieSupport
 
 _LAYER_KEY = re.compile(r"^model\.layers\.(\d+)\.")
 
@@ -45,13 +43,8 @@ class DeepseekV3Model(DecoderModel):
 
 class DeepseekV3ForCausalLM(NativeCausalLM):
     architecture = "DeepseekV3ForCausalLM"
-    tie_word_embeddings_support = TieSupport.UNTIED_ONLY
     _tied_weights_keys: dict[str, str] = {}
     _keep_in_fp32_modules_strict = ["mlp.gate"]
-    state_dict_adapter = DeepseekV3StateDictAdapter
-    capabilities = ModelCapabilities(
-        supports_tp=True, supports_sequence_parallel=True, supports_ep=True
-    )
 
     def __init__(self, config: Any) -> None:
         reject_unsupported_tie_word_embeddings(type(self), config)

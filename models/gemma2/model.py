@@ -28,7 +28,6 @@ from models.gemma2.layers import (
     GemmaRMSNorm,
     ScaledEmbedding,
 )
-from models.registry import ModelCapabilities, TieSupport
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
 
@@ -83,8 +82,6 @@ class GemmaBackbone(nn.Module):
 
 class Gemma2ForCausalLM(NativeCausalLM):
     architecture = "Gemma2ForCausalLM"
-    tie_word_embeddings_support = TieSupport.TIED_ONLY
-    capabilities = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
     _keep_in_fp32_modules_strict: list[str] = []
     backbone_class: type[GemmaBackbone] = GemmaBackbone
 

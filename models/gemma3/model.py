@@ -20,7 +20,6 @@ from torch import nn
 
 from models.common.rope import RotaryEmbedding, rope_unsupported_reason
 from models.gemma2.model import LAYER_TYPES, Gemma2ForCausalLM, GemmaBackbone
-from models.registry import ModelCapabilities, TieSupport
 
 
 class _LayerTypeRope:
@@ -56,8 +55,6 @@ class Gemma3Backbone(GemmaBackbone):
 
 class Gemma3ForCausalLM(Gemma2ForCausalLM):
     architecture = "Gemma3ForCausalLM"
-    tie_word_embeddings_support = TieSupport.TIED_ONLY
-    capabilities = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
     backbone_class = Gemma3Backbone
 
     @classmethod

@@ -21,8 +21,6 @@ from models.common.layers import DecoderModel
 from models.common.moe.load_balancing import RouterAuxLossMixin
 from models.common.tie import reject_unsupported_tie_word_embeddings
 from models.gpt_oss.layers import GptOssAttention, GptOssMoeBlock, GptOssRMSNorm
-from models.gpt_oss.state_dict_adapter import GptOssStateDictAdapter
-from models.registry import ModelCapabilities, TieSupport
 
 _LAYER_TYPES = ("sliding_attention", "full_attention")
 
@@ -42,11 +40,8 @@ class GptOssModel(DecoderModel):
 
 class GptOssForCausalLM(RouterAuxLossMixin, NativeCausalLM):
     architecture = "GptOssForCausalLM"
-    tie_word_embeddings_support = TieSupport.UNTIED_ONLY
     _tied_weights_keys: dict[str, str] = {}
     _keep_in_fp32_modules_strict = ["self_attn.sinks", "mlp.router"]
-    state_dict_adapter = GptOssStateDictAdapter
-    capabilities = ModelCapabilities(supports_ep=True)
 
     def __init__(self, config: Any) -> None:
         reject_unsupported_tie_word_embeddings(type(self), config)

@@ -13,15 +13,10 @@ from typing import Any
 from models.common.causal_lm import NativeCausalLM
 from models.common.layers import DecoderModel
 from models.common.tie import reject_unsupported_tie_word_embeddings
-from models.registry import ModelCapabilities, TieSupport
 
 
 class LlamaForCausalLM(NativeCausalLM):
     architecture = "LlamaForCausalLM"
-    tie_word_embeddings_support = TieSupport.BOTH
-    capabilities = ModelCapabilities(
-        supports_tp=True, supports_sequence_parallel=True, supports_cp=True, supports_pp=True
-    )
 
     def __init__(self, config: Any) -> None:
         reject_unsupported_tie_word_embeddings(type(self), config)

@@ -19,18 +19,13 @@ from models.common.layers import DecoderModel
 from models.common.moe.load_balancing import RouterAuxLossMixin
 from models.common.tie import reject_unsupported_tie_word_embeddings
 from models.mixtral.layers import mixtral_mlp
-from models.mixtral.state_dict_adapter import MixtralStateDictAdapter
-from models.registry import ModelCapabilities, TieSupport
 
 
 class MixtralForCausalLM(RouterAuxLossMixin, NativeCausalLM):
     architecture = "MixtralForCausalLM"
-    tie_word_embeddings_support = TieSupport.BOTH
     # Sparse layers only: FSDP, LoRA on attention, expert parallelism; no tensor-parallel
     # plan for the experts.
-    capabilities = ModelCapabilities(supports_tp=False, supports_ep=True)
     _keep_in_fp32_modules_strict = ["mlp.gate"]
-    state_dict_adapter = MixtralStateDictAdapter
 
     def __init__(self, config: Any) -> None:
         reject_unsupported_tie_word_embeddings(type(self), config)

@@ -28,16 +28,11 @@ from models.common.safetensors_io.writer import write_file
 from models.common.tie import reject_unsupported_tie_word_embeddings
 from models.phi3.layers import Phi3Attention, phi3_mlp
 from models.phi3.rope import Phi3RotaryEmbedding, phi3_rope_unsupported_reason
-from models.phi3.state_dict_adapter import Phi3StateDictAdapter
-from models.registry import ModelCapabilities, TieSupport
 
 
 class Phi3ForCausalLM(NativeCausalLM):
     architecture = "Phi3ForCausalLM"
-    tie_word_embeddings_support = TieSupport.BOTH
     # LoRA adapters export fused for transformers' Phi-3 (state_dict_adapter.fuse_lora_adapter).
-    capabilities = ModelCapabilities(supports_tp=True, supports_sequence_parallel=True)
-    state_dict_adapter = Phi3StateDictAdapter
 
     def __init__(self, config: Any) -> None:
         reject_unsupported_tie_word_embeddings(type(self), config)
@@ -55,7 +50,7 @@ class Phi3ForCausalLM(NativeCausalLM):
     def load_hf_weights(self, directory: Path) -> None:
         """Read every tensor, and each fused tensor's row ranges, straight into parameters."""
         params = dict(self.named_parameters())
-        adapter = self.state_dict_adapter
+        adapter = self.state_dict_adapter()
         with SafetensorsReader(directory) as reader:
             expected = dict.fromkeys(adapter.hf_names(params))
             self.check_checkpoint_keys(expected, set(reader.specs), directory)
@@ -64,13 +59,13 @@ class Phi3ForCausalLM(NativeCausalLM):
 
     def hf_state_items(self) -> Iterator[tuple[str, torch.Tensor]]:
         """(Hugging Face key, tensor) pairs; each fused tensor is built only when reached."""
-        yield from self.state_dict_adapter.iter_hf(dict(self.named_parameters()), self.config)
+        yield from self.state_dict_adapter().iter_hf(dict(self.named_parameters()), self.config)
 
     def save_weights(self, directory: Path, max_shard_size: int) -> None:
         """Safetensors shards whose fused tensors are built one at a time as written."""
         params = dict(self.named_parameters())
         shards = plan_shards(
-            self.state_dict_adapter.hf_entries(params, self.config), max_shard_size
+            self.state_dict_adapter().hf_entries(params, self.config), max_shard_size
         )
         items = self.hf_state_items()
         for name, shard in zip(shard_file_names(len(shards)), shards, strict=True):

@@ -19,9 +19,7 @@ from models.common.causal_lm import NativeCausalLM
 from models.common.layers import DecoderModel, dense_mlp
 from models.common.moe.layers import SparseMoeBlock
 from models.common.moe.load_balancing import RouterAuxLossMixin
-from models.common.moe.state_dict_adapter import GroupedExpertsStateDictAdapter
 from models.common.tie import reject_unsupported_tie_word_embeddings
-from models.registry import ModelCapabilities, TieSupport
 
 
 def is_sparse_layer(config: Any, layer_idx: int) -> bool:
@@ -39,24 +37,12 @@ def moe_mlp(config: Any, layer_idx: int) -> nn.Module:
 
 class Qwen3MoeForCausalLM(RouterAuxLossMixin, NativeCausalLM):
     architecture = "Qwen3MoeForCausalLM"
-    tie_word_embeddings_support = TieSupport.UNTIED_ONLY
     _tied_weights_keys: dict[str, str] = {}
     _keep_in_fp32_modules_strict = ["mlp.gate"]
-    state_dict_adapter = GroupedExpertsStateDictAdapter
 
     def __init__(self, config: Any) -> None:
         reject_unsupported_tie_word_embeddings(type(self), config)
         super().__init__(config, DecoderModel(config, mlp_factory=moe_mlp, qk_norm=True))
-
-    @classmethod
-    def get_capabilities(cls, config: Any) -> ModelCapabilities:
-        """Sparse variants: FSDP, LoRA and expert parallelism (`Qwen3MoeParallelPlan` in
-        `parallelize.py`); a config without sparse layers is a dense Qwen3 stack, which the
-        common dense TP plan shards (and which has no experts to spread)."""
-        dense = not any(is_sparse_layer(config, i) for i in range(config.num_hidden_layers))
-        return ModelCapabilities(
-            supports_tp=dense, supports_sequence_parallel=dense, supports_ep=not dense
-        )
 
 
 ModelClass = Qwen3MoeForCausalLM

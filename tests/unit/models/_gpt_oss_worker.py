@@ -21,7 +21,7 @@ def build_pair():
 
     hf = seeded_hf_model(tiny_config(vocab_size=512))  # `_ep_worker` draws ids below 512
     reference = AutoModelForCausalLM.from_config(hf.config)
-    reference.load_state_dict(reference.state_dict_adapter.from_hf(hf.state_dict(), hf.config))
+    reference.load_state_dict(reference.state_dict_adapter().from_hf(hf.state_dict(), hf.config))
     ep_model = AutoModelForCausalLM.from_config(hf.config)
     ep_model.load_state_dict(reference.state_dict())
     return reference, ep_model

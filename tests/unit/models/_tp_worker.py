@@ -85,8 +85,6 @@ def check_fsdp(family: str) -> None:
 def family_config(family: str, tied: bool):
     from tiny_model_configs import make_config
 
-    if family == "qwen3_moe_dense":  # every layer in mlp_only_layers: a dense Qwen3 stack
-        return make_config("qwen3_moe", mlp_only_layers=[0, 1])
     return make_config(family, tie_word_embeddings=tied)
 
 

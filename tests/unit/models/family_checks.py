@@ -127,22 +127,38 @@ def assert_padded_logits_match(
 
 def assert_registry_row_agrees(architecture: str, family: str, model_type: str) -> tuple:
     """The registry row of `architecture` imports, names its family and model type (and is
-    the row found for that type), and agrees with its class: architecture, capabilities
-    declared on the class itself (no `get_capabilities`), tie support and state-dict
-    adapter. Returns (entry, class)."""
+    the row found for that type), and is its class's only statement of capabilities, tie
+    support and state-dict adapter (the class declares none of them). Returns (entry, class)."""
     from models import registry
 
     entry = registry.get_entry(architecture)
     assert entry is not None and registry.import_failures().get(architecture) is None
     cls = registry.load_class(entry)
     assert cls.architecture == entry.architecture == architecture and entry.family == family
-    assert "capabilities" in vars(cls) and "get_capabilities" not in vars(cls)
-    assert cls.capabilities == entry.capabilities
-    assert cls.tie_word_embeddings_support is entry.tie_support
+    assert_class_declares_no_capabilities(cls)
+    assert cls.registry_row() is entry and cls.tie_support() is entry.tie_support
     assert entry.config_model_types == (model_type,)
     assert registry.entry_for_model_type(model_type) is entry
-    assert registry.load_state_dict_adapter(entry) is cls.state_dict_adapter
+    assert registry.load_state_dict_adapter(entry) is cls.state_dict_adapter()
     return entry, cls
+
+
+ROW_FIELDS = (
+    "capabilities",
+    "get_capabilities",
+    "tie_word_embeddings_support",
+    "state_dict_adapter",
+    "supports_tp",
+)
+
+
+def assert_class_declares_no_capabilities(cls: type) -> None:
+    """The registry row is the one capability table: no class in the MRO restates it."""
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("models."):
+            stated = {k for k in ROW_FIELDS if k in vars(klass)}
+            stated -= {"state_dict_adapter"} if klass.__name__ == "NativeCausalLM" else set()
+            assert not stated, f"{klass.__name__} restates {sorted(stated)}: the row says it"
 
 
 def read_safetensors_dir(directory: Path) -> dict[str, torch.Tensor]:

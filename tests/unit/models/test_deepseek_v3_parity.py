@@ -23,6 +23,7 @@ from models import AutoModelForCausalLM, registry
 from models.common.config import native_class_for
 from models.deepseek_v3.layers import DeepseekV3MoE, GroupLimitedRouter, MLAttention
 from models.deepseek_v3.model import DeepseekV3ForCausalLM
+from models.registry import TieSupport
 
 ATOL = 1e-5
 VARIANTS = {
@@ -227,8 +228,8 @@ def test_registry_row_agrees_with_the_class_and_tied_configs_are_refused():
 
     entry = registry.get_entry("DeepseekV3ForCausalLM")
     assert registry.load_class(entry) is DeepseekV3ForCausalLM
-    assert DeepseekV3ForCausalLM.capabilities == entry.capabilities
-    assert entry.tie_support is DeepseekV3ForCausalLM.tie_word_embeddings_support
+    assert DeepseekV3ForCausalLM.registry_row() is entry
+    assert entry.tie_support is TieSupport.UNTIED_ONLY
     assert entry.config_model_types == (tiny_config().model_type,)
     assert not entry.capabilities.supports_pp and not entry.capabilities.supports_cp
     with pytest.raises(TieWordEmbeddingsError, match="UNTIED_ONLY"):

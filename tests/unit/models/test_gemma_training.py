@@ -73,7 +73,7 @@ def test_registry_row_agrees_with_the_class(gemma):
     caps = entry.capabilities
     assert caps.supports_tp and caps.supports_sequence_parallel and caps.supports_lora
     assert not (caps.supports_pp or caps.supports_cp or caps.supports_ep)
-    assert entry.state_dict_adapter is None and cls.state_dict_adapter is None
+    assert entry.state_dict_adapter is None and cls.state_dict_adapter() is None
     model = AutoModelForCausalLM.from_config(gemma_config(gemma))
     assert parallel_plan(model) is registry.load_parallel_plan(entry)
     assert supports_tp(model, 2) and not supports_tp(model, 4)  # 2 kv heads

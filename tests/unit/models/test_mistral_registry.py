@@ -32,7 +32,7 @@ def test_row_agrees_with_the_class(family):
         assert entry.parallel_plan == DENSE_PARALLEL_PLAN and entry.state_dict_adapter is None
     else:
         assert caps.supports_ep and not (caps.supports_tp or caps.supports_sequence_parallel)
-        assert registry.load_state_dict_adapter(entry) is cls.state_dict_adapter
+        assert registry.load_state_dict_adapter(entry) is cls.state_dict_adapter()
         assert cls._keep_in_fp32_modules_strict == ["mlp.gate"]
 
 

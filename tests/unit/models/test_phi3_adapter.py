@@ -137,7 +137,7 @@ def test_single_tensor_conversion_refuses_a_part_alone():
 
 def test_shard_only_load_is_declined_and_the_full_load_is_used(hf_model, tmp_path):
     cls, _ = native_class_for(hf_model.config)
-    assert cls.state_dict_adapter.supports_low_memory_dcp_load is False
+    assert cls.state_dict_adapter().supports_low_memory_dcp_load is False
     assert not shard_load.supports_shard_only_load(cls)
     hf_model.save_pretrained(tmp_path)
     assert shard_load.build_meta_native(tmp_path) is None

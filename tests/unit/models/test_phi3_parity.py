@@ -198,4 +198,4 @@ def test_state_dict_is_the_split_layout(tmp_path):
         and "model.layers.0.mlp.up_proj.weight" in keys
     )
     assert not any("qkv_proj" in k or "gate_up_proj" in k for k in keys)
-    assert native.state_dict_adapter is Phi3StateDictAdapter
+    assert native.state_dict_adapter() is Phi3StateDictAdapter

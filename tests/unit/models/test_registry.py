@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from family_checks import assert_class_declares_no_capabilities
 from tiny_model_configs import make_config
 
 from models import registry
@@ -22,17 +23,27 @@ def test_every_row_imports():
 
 @pytest.mark.parametrize("architecture", sorted(FAMILY_CONFIG))
 def test_class_agrees_with_its_row(architecture):
+    """The row is the one capability table: the class names its architecture and reads its
+    tie support and adapter from the row, restating none of them."""
     entry = registry.get_entry(architecture)
     cls = registry.load_class(entry)
     assert cls.architecture == architecture
-    assert cls.tie_word_embeddings_support is entry.tie_support
-    static = "capabilities" in vars(cls)
-    dynamic = "get_capabilities" in vars(cls)
-    assert static != dynamic, "declare static capabilities xor get_capabilities(config)"
+    assert_class_declares_no_capabilities(cls)
+    assert cls.tie_support() is entry.tie_support
+    assert cls.state_dict_adapter() is registry.load_state_dict_adapter(entry)
     config = make_config(FAMILY_CONFIG[architecture])
-    declared = cls.capabilities if static else cls.get_capabilities(config)
-    assert declared == entry.capabilities
     assert entry.family in cls.__module__ and entry.config_model_types == (config.model_type,)
+
+
+def test_the_class_check_finds_a_restated_capability():
+    from models.llama.model import LlamaForCausalLM
+
+    class Restating(LlamaForCausalLM):
+        capabilities = registry.ModelCapabilities(supports_tp=True)
+
+    Restating.__module__ = "models.restating"
+    with pytest.raises(AssertionError, match="restates"):
+        assert_class_declares_no_capabilities(Restating)
 
 
 @pytest.mark.parametrize("entry", registry.registered_architectures(), ids=lambda e: e.family)
@@ -41,7 +52,7 @@ def test_every_row_references_a_plan_and_adapter_that_resolve(entry):
 
     assert isinstance(registry.load_parallel_plan(entry), ParallelPlan)
     adapter = registry.load_state_dict_adapter(entry)
-    assert adapter is getattr(registry.load_class(entry), "state_dict_adapter", None)
+    assert adapter is None or isinstance(adapter, type)
 
 
 def test_bad_references_are_reported():
@@ -56,16 +67,6 @@ def test_bad_references_are_reported():
         assert "AttributeError" in registry.import_failures()["BadPlanForCausalLM"]
     finally:
         registry._REGISTRY.pop("BadPlanForCausalLM")
-
-
-def test_moe_capabilities_follow_the_variant():
-    from models.qwen3_moe.model import Qwen3MoeForCausalLM
-
-    all_dense = make_config("qwen3_moe", mlp_only_layers=[0, 1])
-    assert Qwen3MoeForCausalLM.get_capabilities(all_dense).supports_tp
-    assert not Qwen3MoeForCausalLM.get_capabilities(make_config("qwen3_moe")).supports_tp
-    assert Qwen3MoeForCausalLM.get_capabilities(make_config("qwen3_moe")).supports_ep
-    assert not Qwen3MoeForCausalLM.get_capabilities(all_dense).supports_ep
 
 
 def test_unknown_architecture_gets_data_parallel_only():

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from safetensors import safe_open
 from tiny_model_configs import make_config
 
-from models import AutoModelForCausalLM
+from models import AutoModelForCausalLM, registry
 from models.common.config import ModelLoadError
 from models.common.tie import TieWordEmbeddingsError
 from models.llama.model import LlamaForCausalLM
@@ -16,9 +18,27 @@ from models.registry import TieSupport
 
 
 class TiedOnlyLlama(LlamaForCausalLM):
-    """A TIED_ONLY variant, to exercise that policy's runtime path."""
+    """A TIED_ONLY variant with a row of its own, to exercise that policy's runtime path."""
 
-    tie_word_embeddings_support = TieSupport.TIED_ONLY
+    architecture = "TiedOnlyLlamaForCausalLM"
+
+
+@pytest.fixture
+def tied_only_row():
+    llama = registry.get_entry("LlamaForCausalLM")
+    entry = dataclasses.replace(
+        llama,
+        architecture=TiedOnlyLlama.architecture,
+        module=__name__,
+        class_name="TiedOnlyLlama",
+        tie_support=TieSupport.TIED_ONLY,
+        config_model_types=(),
+    )
+    registry.register(entry)
+    try:
+        yield entry
+    finally:
+        registry._REGISTRY.pop(entry.architecture)
 
 
 def _aliased(model) -> bool:
@@ -39,7 +59,7 @@ def test_tie_survives_a_swapped_embedding():
     assert _aliased(model)
 
 
-def test_tied_only_aliases_and_refuses_untied():
+def test_tied_only_aliases_and_refuses_untied(tied_only_row):
     assert _aliased(TiedOnlyLlama.from_config(make_config("llama", tie_word_embeddings=True)))
     with pytest.raises(TieWordEmbeddingsError, match="TIED_ONLY"):
         TiedOnlyLlama(make_config("llama", tie_word_embeddings=False))

@@ -27,7 +27,6 @@ CASES = [
     "trainer_tp:qwen3:native:1:0",  # q/k norms: weight gradients summed over tp ranks
     "trainer_tp:qwen3:native:0:1",  # the same without sequence parallelism, tied
     "trainer_tp:qwen3:hf:1:0",  # Hugging Face Qwen3 under Qwen3's plan
-    "trainer_tp:qwen3_moe_dense:native:1:0",  # a Qwen3-MoE config without sparse layers
 ]
 
 

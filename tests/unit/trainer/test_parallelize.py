@@ -72,6 +72,36 @@ def test_tp_refusal_comes_from_the_rows_plan(plugin_row, one_rank_layout):
         parallelize(model, topology, one_rank_layout(tp_size=2), torch.device("cpu"), None)
 
 
+@pytest.mark.parametrize(
+    ("field", "sizes"),
+    [
+        ("tp_size", {"tp_size": 2}),
+        ("cp_size", {"cp_size": 2}),
+        ("ep_size", {"ep_size": 2}),
+        ("pp_size", {"pp_size": 2}),
+        ("sequence_parallel", {"sequence_parallel": True}),
+    ],
+)
+def test_the_trainer_refuses_what_the_row_does_not_support(field, sizes, one_rank_layout):
+    """The row validation read is the one the trainer checks: a plugin row claiming nothing
+    is refused every split, before any plan is asked (the plan could shard a Llama)."""
+    import dataclasses
+
+    from models import registry
+    from trainer.distributed import Topology
+    from trainer.errors import TrainerError
+    from trainer.parallelize import parallelize
+
+    with registered_plugin() as entry:
+        registry.register(
+            dataclasses.replace(entry, capabilities=registry.ModelCapabilities()), replace=True
+        )
+        model = PluginLlama(tiny_llama_config())
+        topology = Topology(mesh=None, dp_size=1, dp_rank=0, tp_size=1)
+        with pytest.raises(TrainerError, match=f"distributed.{field}: PluginLlama does not"):
+            parallelize(model, topology, one_rank_layout(**sizes), torch.device("cpu"), None)
+
+
 def test_a_model_without_decoder_layers_is_refused_as_a_user_error(
     single_rank_group, one_rank_layout
 ):
