@@ -2,8 +2,10 @@
 (`tuneyard api` serves `api.main:app`).
 
 The factory wires settings, the session factory, error handlers, Prometheus request
-metrics, the request body limit (`api.limits`), the routers and, where present, the
-dashboard (`api.dashboard.mount_dashboard`).
+metrics, the request body's size limit (`api.limits`) and deadline, the access log, the
+refusal of keys in URLs, security headers (`api.middleware`), the routers, the API docs
+from shipped assets (`api.docs`) and, where present, the dashboard
+(`api.dashboard.mount_dashboard`).
 With `TUNEYARD_AUTH=off` every request acts as admin of the `default` project; the app
 logs that at start, loudly when the database is not the embedded SQLite default.
 """
@@ -21,9 +23,19 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import sessionmaker
 
+from api.docs import mount_docs
 from api.errors import COMMON_ERRORS, install_error_handlers
 from api.limits import BodyLimitMiddleware
-from api.middleware import RequestIdMiddleware, UnexpectedErrorMiddleware
+from api.middleware import (
+    AccessLogMiddleware,
+    BodyTimeout,
+    BodyTimeoutMiddleware,
+    KeyInQueryMiddleware,
+    RequestIdMiddleware,
+    SecurityHeadersMiddleware,
+    UnexpectedErrorMiddleware,
+    answer_body_timeout,
+)
 from api.prometheus import MetricsMiddleware
 from api.routes import jobs, projects, steps, system, telemetry
 from api.tracing import install_tracing
@@ -107,6 +119,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         responses=COMMON_ERRORS,
         generate_unique_id_function=operation_id,
+        docs_url=None,  # `api.docs` serves them, from assets shipped with the package
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.broker_at_startup = "not connected yet"
@@ -115,14 +129,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.capacity_cache_seconds, settings.worker_live_seconds
     )
     install_error_handlers(app)
-    # Inside the metrics middleware, so a refused body still counts as a 413.
+    app.add_exception_handler(BodyTimeout, answer_body_timeout)
+    # Inside the metrics middleware, so a refused body still counts as a 413 (or 408).
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyTimeoutMiddleware, seconds=settings.body_timeout_seconds)
+    app.add_middleware(KeyInQueryMiddleware)
     app.add_middleware(UnexpectedErrorMiddleware)
     app.add_middleware(MetricsMiddleware)
     install_tracing(app)  # TUNEYARD_OTEL=on: inside the request id, which the span carries
+    app.add_middleware(AccessLogMiddleware)
+    app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(RequestIdMiddleware)
     for router in (jobs.router, telemetry.router, steps.router, projects.router, system.router):
         app.include_router(router)
+    mount_docs(app)
     _mount_dashboard(app)
     return app
 

@@ -1,30 +1,77 @@
 """HTTP request and response models (pydantic), named by family: `JobCreate` in,
 `JobPublic` / `JobsPublic` out, and the small records the job's sub-resources return.
 
-Request models forbid unknown fields so a typo (`nproc_per_nod`) is a 422 naming it.
+Request models forbid unknown fields so a typo (`nproc_per_nod`) is a 422 naming it. A name a
+person reads back (job name, label keys and values, Idempotency-Key) is `Printable`: no
+control character, line separator or bidirectional control, which a terminal or a page
+would act on instead of showing (`jobs.recipe.load.bounds.unsafe_char`).
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    create_model,
+)
 
+from jobs.recipe.load.bounds import CONTROL_FIX, control_msg, unsafe_char
+from jobs.recipe.load.limits import MAX_NNODES, MAX_NPROC_PER_NODE
+from jobs.recipe.load.overrides import MAX_OVERRIDES, TOO_MANY
 from jobs.recipe.metrics_sample import SAMPLE_FIELDS
 from jobs.store.status import JobStatus
 
-LabelKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-/]{1,63}$")]
-LabelValue = Annotated[str, StringConstraints(max_length=200)]
+_LABEL_KEY = re.compile(r"\A[A-Za-z0-9_.\-/]{1,63}\Z")
+
+
+def _printable(text: str) -> str:
+    char = unsafe_char(text)
+    if char is not None:
+        raise ValueError(f"{control_msg(char)} | fix: {CONTROL_FIX}")
+    return text
+
+
+def _label_key(text: str) -> str:
+    if not _LABEL_KEY.match(text):
+        raise ValueError(
+            "is not a label key | fix: use 1 to 63 letters, digits, '_', '.', '-' or '/'"
+        )
+    return text
+
+
+def _at_most_max_overrides(value: Any) -> Any:
+    """Counted before each text is read, with the validator's own error and fix."""
+    if isinstance(value, list) and len(value) > MAX_OVERRIDES:
+        raise ValueError(f"{TOO_MANY.msg} | fix: {TOO_MANY.fix}")
+    return value
+
+
+Printable = Annotated[str, AfterValidator(_printable)]
+LabelKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=63), AfterValidator(_label_key)
+]
+LabelValue = Annotated[Printable, StringConstraints(max_length=200)]
 # `key=value`; bounded so 200 of them stay cheap to parse (a value is a number or a path).
 OverrideText = Annotated[str, StringConstraints(max_length=4096)]
+IdempotencyKey = Annotated[Printable, StringConstraints(min_length=1, max_length=255)]
 
 
 class ResourcesIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    nnodes: int = Field(1, ge=1, le=256, description="Nodes (one worker per node).")
-    nproc_per_node: int = Field(1, ge=1, le=64, description="Ranks per node (GPUs or CPU ranks).")
+    # within jobs.recipe.load.limits' world size (MAX_WORLD_SIZE ranks)
+    nnodes: int = Field(1, ge=1, le=MAX_NNODES, description="Nodes (one worker per node).")
+    nproc_per_node: int = Field(
+        1, ge=1, le=MAX_NPROC_PER_NODE, description="Ranks per node (GPUs or CPU ranks)."
+    )
     accelerator: Literal["cpu", "cuda"] = "cpu"
 
 
@@ -46,10 +93,12 @@ class JobCreate(BaseModel):
         },
     )
 
-    name: str | None = Field(None, min_length=1, max_length=200)
+    name: Printable | None = Field(None, min_length=1, max_length=200)
     recipe: dict[str, Any] | None = None
     recipe_yaml: str | None = Field(None, max_length=1_000_000)
-    overrides: list[OverrideText] = Field(default_factory=list, max_length=200)
+    overrides: Annotated[list[OverrideText], BeforeValidator(_at_most_max_overrides)] = Field(
+        default_factory=list, max_length=MAX_OVERRIDES
+    )
     resources: ResourcesIn = Field(default_factory=ResourcesIn)
     priority: int = Field(0, ge=-1000, le=1000)
     max_attempts: int = Field(3, ge=1, le=20)
@@ -121,7 +170,11 @@ class JobPublic(BaseModel):
     )
     error_code: str | None = None
     error_message: str | None = None
-    run_dir: str | None = None
+    run_dir: str | None = Field(
+        None,
+        description="The job's run directory, relative to the server's runs directory "
+        "(TUNEYARD_RUNS_DIR): `<runs dir>/<run_dir>` on the server.",
+    )
     idempotency_key: str | None = None
     created_at: datetime
     updated_at: datetime

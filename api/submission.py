@@ -23,7 +23,7 @@ from api.errors import InvalidRequest
 from api.schemas import JobCreate
 from jobs.broker import dispatch_new_job
 from jobs.recipe.errors import FieldError
-from jobs.recipe.load.bounds import check_bounds
+from jobs.recipe.load.bounds import NodeBudget, check_bounds
 from jobs.recipe.paths.scope import JobScope
 from jobs.recipe.plan.requirements import requirement_errors
 from jobs.recipe.validation import validate_job
@@ -84,8 +84,10 @@ def check_request(
     The principal brings its project's remote-code grant (the operator's is in `settings`)
     and its scope: checkpoint and restore paths stay in that project's runs.
     """
-    # Bounds first: dumping a recipe nested hundreds deep is itself what would fail.
-    out_of_bounds = check_bounds(body.recipe) if body.recipe is not None else []
+    # Bounds first: dumping a recipe nested hundreds deep is itself what would fail. One
+    # budget for the whole request: validate_job counts the overrides against what is left.
+    budget = NodeBudget()
+    out_of_bounds = check_bounds(body.recipe, budget=budget) if body.recipe is not None else []
     if out_of_bounds:
         raise InvalidRequest(out_of_bounds)
     spec = _spec(body)
@@ -104,6 +106,7 @@ def check_request(
         scope=project_scope(session, principal),
         device_memory=memory,
         flops_per_rank=rate,
+        budget=budget,
     )
     if not result.valid or result.recipe is None:
         raise InvalidRequest(result.errors or [FieldError("recipe", "invalid", "")])
@@ -170,7 +173,8 @@ def unstorable_text(value: Any, loc: str = "") -> list[FieldError]:
 
 
 def project_scope(session: Session, principal: Principal) -> JobScope:
-    """The caller's project for validation: its job ids, and where each keeps checkpoints."""
+    """The caller's project for validation: its name (its directory under each checkpoint
+    root), its job ids, and where each keeps checkpoints."""
     return JobScope(
         project=principal.project_name,
         owns_job=lambda job_id: store.owns_job(session, principal.project_id, job_id),

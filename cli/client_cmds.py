@@ -6,7 +6,8 @@ selected by `--server` or `TUNEYARD_URL`, the key by `TUNEYARD_API_KEY`. Read co
 succeeded exits 0, failed 1, cancelled 3; a refused request (bad recipe, unknown job, bad
 key, an action the job's state does not allow) exits 2 and prints the server's reason.
 `cli.main` imports this module at every start, so rich and httpx are imported only inside
-the commands: `tuneyard validate` never pays for them.
+the commands: `tuneyard validate` never pays for them. Whatever the server sent is printed
+through `cli.terminal` (`printable`, `markup_safe`): a job name holding ESC shows as `\x1b`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli.http_client import DEFAULT_URL, ClientError, CliExitCode, TuneyardClient, items_of
+from cli.terminal import markup_safe, printable
 from jobs.recipe.load.overrides import override_texts
 from jobs.store.status import SETTLED, TERMINAL, JobStatus
 
@@ -46,17 +48,15 @@ def console(stderr: bool = False) -> Console:
 
 def report_error(error: ClientError) -> CliExitCode:
     """Print a refused or failed request the way the server explained it; its exit code."""
-    from rich.markup import escape
-
     err = console(stderr=True)
-    err.print(f"[red]error:[/red] {escape(str(error))}")
+    err.print(f"[red]error:[/red] {markup_safe(error)}")
     if error.current_status:
-        err.print(f"  current state: [bold]{escape(error.current_status)}[/bold]")
+        err.print(f"  current state: [bold]{markup_safe(error.current_status)}[/bold]")
     for item in error.errors:
         loc = item.get("loc", "")
         loc = ".".join(str(p) for p in loc) if isinstance(loc, list) else str(loc)
-        fix = f"  [dim]fix: {escape(item['fix'])}[/dim]" if item.get("fix") else ""
-        err.print(f"  [bold]{escape(loc)}[/bold]: {escape(str(item.get('msg', '')))}{fix}")
+        fix = f"  [dim]fix: {markup_safe(item['fix'])}[/dim]" if item.get("fix") else ""
+        err.print(f"  [bold]{markup_safe(loc)}[/bold]: {markup_safe(item.get('msg', ''))}{fix}")
     return error.exit_code
 
 
@@ -104,13 +104,15 @@ def job_progress(job: dict) -> tuple[int | None, int | None]:
 
 
 def describe_end(job: dict) -> str:
-    status = job.get("status", "?")
+    status, job_id = printable(job.get("status", "?")), printable(job["id"])
     if status == JobStatus.FAILED:
-        code = job.get("error_code") or "error"
-        return f"job {job['id']} failed ({code}): {job.get('error_message') or 'no message'}"
+        code = printable(job.get("error_code") or "error")
+        return (
+            f"job {job_id} failed ({code}): {printable(job.get('error_message') or 'no message')}"
+        )
     if status == JobStatus.PAUSED:
-        return f"job {job['id']} is paused; resume it with `tuneyard resume {job['id']}`"
-    return f"job {job['id']} {status}"
+        return f"job {job_id} is paused; resume it with `tuneyard resume {job_id}`"
+    return f"job {job_id} {status}"
 
 
 def finish(job: dict, as_json: bool = False) -> None:
@@ -134,12 +136,12 @@ class ProgressLine:
             from rich.progress import BarColumn, Progress, TextColumn
 
             self.live = Progress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),
                 BarColumn(),
-                TextColumn("{task.fields[info]}"),
+                TextColumn("{task.fields[info]}", markup=False),
                 console=out,
             )
-            self.task = self.live.add_task(job_id[:8], total=None, info="")
+            self.task = self.live.add_task(printable(job_id[:8]), total=None, info="")
 
     def __enter__(self) -> ProgressLine:
         if self.live:
@@ -165,7 +167,7 @@ class ProgressLine:
     def update(self, job: dict, record: dict | None) -> None:
         step = int((record or {}).get("step") or 0)
         max_steps = job_progress(job)[1]
-        parts = [job["status"], f"step {step}/{max_steps or '?'}"]
+        parts = [printable(job["status"]), f"step {step}/{printable(max_steps or '?')}"]
         if record and record.get("loss") is not None:
             parts.append(f"loss {record['loss']:.4f}")
         if record and record.get("tps") is not None:
@@ -175,7 +177,7 @@ class ProgressLine:
         if self.live:
             self.live.update(self.task, completed=step, total=max_steps, info=f"{text}  {eta}")
         elif text != self.last_text:  # on a pipe: one line per new step or state
-            self.out.print(f"{self.job_id[:8]}  {text}  {eta}".rstrip())
+            self.out.print(f"{printable(self.job_id[:8])}  {text}  {eta}".rstrip(), markup=False)
         self.last_text = text
 
 
@@ -206,7 +208,8 @@ def follow_logs(client: TuneyardClient, job_id: str, follow: bool, as_json: bool
     while True:
         body = client.logs(job_id, cursor)
         for line in items_of(body):
-            sys.stdout.write(json.dumps(line) + "\n" if as_json else f"{line['text']}\n")
+            text = json.dumps(line) if as_json else printable(line["text"], keep="\t")
+            sys.stdout.write(text + "\n")
         sys.stdout.flush()
         cursor = body.get("next_cursor") or cursor
         if body.get("has_more"):
@@ -264,8 +267,9 @@ def submit(
     if as_json and not wait:
         print_json(job)
     elif not as_json:
-        console().print(f"submitted job [bold]{job['id']}[/bold] ({job['status']})")
-        console().print(f"  dashboard: {client.server}/jobs/{job['id']}", markup=False)
+        job_id = markup_safe(job["id"])
+        console().print(f"submitted job [bold]{job_id}[/bold] ({markup_safe(job['status'])})")
+        console().print(f"  dashboard: {client.server}/jobs/{printable(job['id'])}", markup=False)
     if wait:
         finish(client.wait_for(job["id"], timeout, poll=1.0), as_json)
 
@@ -289,14 +293,15 @@ def jobs(
     for job in rows:
         step, max_steps = job_progress(job)
         loss = (job.get("latest_metrics") or {}).get("loss")
-        table.add_row(
-            str(job["id"]),
+        cells = (
+            job["id"],
             job.get("name", ""),
             job["status"],
             f"{step or 0}/{max_steps or '?'}",
-            f"{loss:.4f}" if loss is not None else "",
+            f"{loss:.4f}" if isinstance(loss, int | float) else "",
             str(job.get("created_at", ""))[:19],
         )
+        table.add_row(*(markup_safe(cell) for cell in cells))
     console().print(table if rows else "no jobs")
 
 
@@ -320,7 +325,7 @@ def status(
     ]
     if job.get("error_code") or job.get("error_message"):
         lines.append(f"  error     {job.get('error_code')}: {job.get('error_message')}")
-    console().print("\n".join(lines), markup=False)
+    console().print("\n".join(printable(line) for line in lines), markup=False)
 
 
 def _act(verb: str, past: str) -> Callable[..., None]:
@@ -334,7 +339,8 @@ def _act(verb: str, past: str) -> Callable[..., None]:
         job = TuneyardClient(server, api_key).action(job_id, verb)
         if as_json:
             return print_json(job)
-        console().print(f"{past} job {job_id}: now {job.get('status', '?')}", markup=False)
+        status = printable(job.get("status", "?"))
+        console().print(f"{past} job {printable(job_id)}: now {status}", markup=False)
 
     command.__doc__ = f"{verb.capitalize()} a job (exit 2 with its current state if it cannot)."
     return command

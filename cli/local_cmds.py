@@ -26,6 +26,7 @@ import typer
 
 from cli.client_cmds import console, exits_on_client_error, watch_job
 from cli.http_client import TuneyardClient, items_of
+from cli.terminal import markup_safe
 from jobs.store.status import JobStatus
 
 SERVICES = ("api", "worker", "scheduler")
@@ -343,7 +344,8 @@ def report_demo(
 ) -> Path:
     """The job's outcome and loss; returns the checkpoint's transformers-loadable folder."""
     if job["status"] != JobStatus.SUCCEEDED:
-        console().print(f"[red]demo job {job['status']}:[/red] {job.get('error_message') or ''}")
+        reason = markup_safe(job.get("error_message") or "")
+        console().print(f"[red]demo job {markup_safe(job['status'])}:[/red] {reason}")
         console().print(f"logs: tuneyard logs {job['id']} (stack logs in {stack.log_dir})")
         raise typer.Exit(1)
     checkpoints = client.checkpoints(job["id"])

@@ -2,9 +2,11 @@
 
 `migrate` runs Alembic's `upgrade head` against TUNEYARD_DATABASE_URL from any working
 directory (optionally waiting for the database first, as the prestart step does). `api`
-serves `api.main:app` with uvicorn; `--workers N` runs N processes (with a shared
-Prometheus multiprocess directory). `keys create` prints a new API key once; only its hash
-is stored.
+serves `api.main:app` with uvicorn, with the options of `api.server` (request headers
+read within `TUNEYARD_HEADER_TIMEOUT_SECONDS`, no query strings in the access log);
+`--workers N` runs N processes (with a shared Prometheus multiprocess directory).
+`keys create` prints a new API key once; only its hash is stored; its project's name holds
+no control character (it is shown in every listing).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def api(
 
     import uvicorn
 
+    from api.server import uvicorn_options
     from jobs.store.log_context import uvicorn_log_config
 
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -62,6 +65,7 @@ def api(
         workers=workers,
         log_level="info",
         log_config=uvicorn_log_config(),
+        **uvicorn_options(),
     )
 
 
@@ -71,6 +75,7 @@ def create_key(
     role: str = typer.Option(..., help="admin, submit or read."),
 ) -> None:
     """Create an API key and print it (shown once)."""
+    from jobs.recipe.load.bounds import CONTROL_FIX, control_msg, unsafe_char
     from jobs.store.api_keys import check_role, create_api_key
     from jobs.store.engine import session_scope
 
@@ -79,6 +84,10 @@ def create_key(
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    char = unsafe_char(project)
+    if char is not None:
+        typer.echo(f"error: --project {control_msg(char)}; {CONTROL_FIX}", err=True)
+        raise typer.Exit(2)
     with session_scope() as session:
         key, raw = create_api_key(session, project, role)
         key_id = key.id

@@ -2,8 +2,8 @@
 
 Exit 0 when valid, 2 when not. `--json` prints exactly one JSON object
 `{"valid", "errors": [{"loc", "msg", "fix"}], "warnings": [...], "plan"}`; otherwise a
-readable report with every error and warning at once, the plan and its estimate (memory
-per rank, FLOPs, time). `--device-memory 80GiB` refuses a recipe whose estimate cannot fit
+readable report with every error and warning at once (what a recipe put in them escaped by
+`cli.terminal.printable`), the plan and its estimate (memory per rank, FLOPs, time). `--device-memory 80GiB` refuses a recipe whose estimate cannot fit
 one device, at `distributed`, with the cheapest fixes. Warnings (what was
 accepted but is not used) never make a recipe invalid. Overrides follow the recipe path in the seed's CLI form
 (`--optimizer.lr 1e-4`, `--step_scheduler.max_steps=500`, a bare `--flag`).
@@ -17,6 +17,7 @@ from typing import Any
 
 import typer
 
+from cli.terminal import printable
 from jobs.recipe.plan.memory_fit import parse_memory_size
 from jobs.recipe.plan.requirements import local_requirement_warnings
 from jobs.recipe.validation import ValidationResult, validate_job
@@ -32,18 +33,18 @@ def _report(recipe: Path, result: ValidationResult) -> str:
         count = len(result.errors)
         lines.append(f"{recipe}: invalid ({count} error{'s' if count != 1 else ''})")
         for err in result.errors:
-            lines.append(f"  {err.loc}: {err.msg}")
+            lines.append(f"  {printable(err.loc)}: {printable(err.msg)}")
             if err.fix:
-                lines.append(f"      fix: {err.fix}")
+                lines.append(f"      fix: {printable(err.fix)}")
     for warning in result.warnings:
-        lines.append(f"  warning: {warning.loc}: {warning.msg}")
+        lines.append(f"  warning: {printable(warning.loc)}: {printable(warning.msg)}")
         if warning.fix:
-            lines.append(f"      fix: {warning.fix}")
+            lines.append(f"      fix: {printable(warning.fix)}")
     plan = {k: v for k, v in result.plan.items() if k not in ("warnings", "estimate")}
     lines.append("plan:")
     width = max(len(k) for k in plan) if plan else 0
     for key, value in plan.items():
-        shown = "-" if value is None else _format(value)
+        shown = "-" if value is None else printable(_format(value))
         lines.append(f"  {key.ljust(width)}  {shown}")
     return "\n".join(lines + _estimate_lines(result.plan.get("estimate")))
 

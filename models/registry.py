@@ -38,6 +38,9 @@ class ModelCapabilities:
 
 
 HF_FALLBACK_CAPABILITIES = ModelCapabilities()
+# The rope scalings the native attention computes (`models.common.rope`); a config with another
+# loads the Hugging Face class. Here, torch-free, so validation reads the same list.
+NATIVE_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 DENSE_PARALLEL_PLAN = "models.common.parallelize:DENSE_PLAN"
 
 

@@ -261,7 +261,8 @@ def setup_run(
 def _checkpoint_manager(
     section: CheckpointSpec, run_dir: Path, env: DistEnv
 ) -> manager.CheckpointManager:
-    root = Path(section.checkpoint_dir) if section.checkpoint_dir else None
+    # A relative checkpoint_dir (the server keeps it relative) lies in the run directory.
+    root = run_dir / section.checkpoint_dir if section.checkpoint_dir else None
     return manager.CheckpointManager(
         run_dir,
         env.is_rank0,

@@ -27,6 +27,7 @@ from sqlalchemy import Connection
 
 from jobs.orchestration.claims import claim_job, join_gang
 from jobs.orchestration.policy import Outcome, Verdict
+from jobs.recipe.plan.grants import operator_grants
 from jobs.store.engine import get_engine, session_scope
 from jobs.store.leases import Claim, renew_lease, take_gang_slot
 from jobs.store.log_context import log_context
@@ -196,10 +197,17 @@ def _gpu_slice(job_id: str, config: WorkerConfig) -> tuple[int, ...] | None:
 
 
 def _claim_or_join(job_id: str, worker: str, config: WorkerConfig) -> Claim | None:
-    run_dir = str(get_settings().resolved_runs_dir / job_id)
+    settings = get_settings()
+    run_dir = str(settings.resolved_runs_dir / job_id)
     with session_scope() as session:
         claim = claim_job(
-            session, job_id, worker, config.lease_seconds, run_dir, packages=worker_state().packages
+            session,
+            job_id,
+            worker,
+            config.lease_seconds,
+            run_dir,
+            packages=worker_state().packages,
+            operator_grants=operator_grants(settings),
         )
         if claim is not None and claim.nnodes > 1 and config.executor == "local":
             endpoint = f"{config.host_address()}:{free_port(config.host_address())}"

@@ -5,6 +5,7 @@ project's job is a 404, never a 403.
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
@@ -17,6 +18,7 @@ from api.schemas import (
     ErrorOut,
     EventPublic,
     EventsPublic,
+    IdempotencyKey,
     JobCreate,
     JobPublic,
     JobsPublic,
@@ -79,7 +81,8 @@ def job_public(job: Job, project: str, latest: dict[str, Any] | None = None) -> 
         actions=available_controls(job.status),
         error_code=job.error_code,
         error_message=job.error_message,
-        run_dir=job.run_dir,
+        # The server's own paths stay on the server: the directory under the runs dir.
+        run_dir=PurePath(job.run_dir).name if job.run_dir else None,
         idempotency_key=job.idempotency_key,
         created_at=job.created_at,
         updated_at=job.updated_at,
@@ -127,7 +130,7 @@ def create_job(
     settings: SettingsDep,
     capacity: CapacityDep,
     idempotency_key: Annotated[
-        str | None,
+        IdempotencyKey | None,
         Header(
             alias="Idempotency-Key",
             min_length=1,

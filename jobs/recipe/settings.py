@@ -4,6 +4,11 @@
 directory and the filesystem roots a recipe may name. The services' own settings (database,
 broker, auth) extend it in `jobs.store.settings`, so one object serves both, and the
 contract never needs to know about a database.
+
+The home holds the embedded database (with API key hashes) and broker, so it is never
+inside a default root: without `TUNEYARD_DATA_ROOTS` / `TUNEYARD_CHECKPOINT_ROOTS` a recipe
+may name the working directory (unless the home lies in it) and the demo's directory in the
+home, nothing else of the home but the runs directory.
 """
 
 from __future__ import annotations
@@ -19,6 +24,16 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 def _default_home() -> Path:
     return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")) / "tuneyard"
+
+
+# The home's one directory of recipe inputs: `tuneyard demo` builds its model and data there.
+HOME_DATA_DIRS = ("demo",)
+
+
+def _holds(outer: Path, inner: Path) -> bool:
+    """`inner` is `outer` or lies under it, symlinks resolved."""
+    outer_real, inner_real = Path(os.path.realpath(outer)), Path(os.path.realpath(inner))
+    return outer_real == inner_real or outer_real in inner_real.parents
 
 
 def _split_roots(value: str | None) -> list[Path]:
@@ -50,6 +65,9 @@ class RecipeSettings(BaseSettings):
     # The operator's decision (CLI, single-tenant servers): a recipe may load a model
     # directory's own Python (`model.trust_remote_code: true`). Off by default.
     allow_remote_code: bool = False
+    # The operator's decision: a recipe may load pickled `.bin` weights
+    # (`model.use_safetensors: false`), which can run code when unpickled. Off by default.
+    allow_pickle_weights: bool = False
     # The workers cannot download from the Hugging Face hub: a hub name must already be in
     # the cache. The API sets it from HF_HUB_OFFLINE (`jobs.store.settings`); `tuneyard
     # validate` leaves it off (a local check, not the workers' promise).
@@ -59,11 +77,18 @@ class RecipeSettings(BaseSettings):
     def resolved_runs_dir(self) -> Path:
         return self.runs_dir or self.home / "runs"
 
+    def default_roots(self) -> list[Path]:
+        """The roots when none are configured: the working directory unless it holds the
+        home, and the home's data directories, never the home itself."""
+        home = self.home.expanduser()
+        cwd = [] if _holds(Path.cwd(), home) else [Path.cwd()]
+        return [*cwd, *(home / name for name in HOME_DATA_DIRS)]
+
     def allowed_data_roots(self) -> list[Path]:
         """Roots a recipe may read models, tokenizers and data from."""
-        return _split_roots(self.data_roots) or [Path.cwd(), self.home]
+        return _split_roots(self.data_roots) or self.default_roots()
 
     def allowed_checkpoint_roots(self) -> list[Path]:
         """Roots a recipe may read or write checkpoints in (the runs dir is always one)."""
-        roots = _split_roots(self.checkpoint_roots) or [Path.cwd(), self.home]
+        roots = _split_roots(self.checkpoint_roots) or self.default_roots()
         return [*roots, self.resolved_runs_dir]

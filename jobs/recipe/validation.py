@@ -13,6 +13,7 @@ the memory/time estimate; given the device memory, a job that cannot fit is refu
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -21,13 +22,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobs.recipe.automodel.sections import is_family_refusal
-from jobs.recipe.errors import FieldError, RecipeInvalid
-from jobs.recipe.load.bounds import check_bounds
+from jobs.recipe.errors import QUOTE_MAX, FieldError, RecipeInvalid, clip
+from jobs.recipe.load.bounds import NodeBudget, check_bounds
 from jobs.recipe.load.normalize import normalize_recipe
-from jobs.recipe.load.overrides import apply_overrides, parse_overrides
+from jobs.recipe.load.overrides import LOC, apply_overrides, too_many, typed_overrides
 from jobs.recipe.load.schema_errors import field_errors
 from jobs.recipe.load.yaml_loader import LimitExceeded, load_yaml
 from jobs.recipe.paths.scope import JobScope
+from jobs.recipe.plan.grants import REMOTE_CODE, required_grants
 from jobs.recipe.plan.memory_fit import fit_check
 from jobs.recipe.plan.plan import build_plan
 from jobs.recipe.settings import RecipeSettings
@@ -79,12 +81,14 @@ class ValidationResult:
 
 
 def load_recipe(
-    recipe: dict[str, Any] | str | Path,
+    recipe: dict[str, Any] | str | Path, budget: NodeBudget | None = None
 ) -> tuple[dict[str, Any] | None, list[FieldError]]:
-    """A recipe dict from a dict, YAML/JSON text, or a file path, within `jobs.recipe.load.bounds`.
-    A dict is copied: normalization edits the copy, never the caller's dict."""
+    """A recipe dict from a dict, YAML/JSON text, or a file path, within `jobs.recipe.load.bounds`
+    and the request's `budget`. A dict is copied: normalization edits the copy, never the
+    caller's dict."""
+    budget = budget if budget is not None else NodeBudget()
     if isinstance(recipe, dict):  # checked before copying: a deep one would crash deepcopy
-        out_of_bounds = check_bounds(recipe)
+        out_of_bounds = check_bounds(recipe, budget=budget)
         return (None, out_of_bounds) if out_of_bounds else (copy.deepcopy(recipe), [])
     text = recipe
     if isinstance(recipe, Path) or (
@@ -103,7 +107,7 @@ def load_recipe(
         except UnicodeDecodeError:
             return None, [FieldError(FILE_LOC, f"{recipe} is not UTF-8 text", "save it as UTF-8")]
     try:
-        data = load_yaml(str(text))
+        data = load_yaml(str(text), budget)
     except LimitExceeded as exc:
         return None, [exc.error]
     except yaml.YAMLError as exc:
@@ -121,7 +125,7 @@ def load_recipe(
                 "start the recipe with sections such as model: and dataset:",
             )
         ]
-    out_of_bounds = check_bounds(data)
+    out_of_bounds = check_bounds(data, budget=budget)
     return (None, out_of_bounds) if out_of_bounds else (data, [])
 
 
@@ -136,29 +140,56 @@ def coerce_resources(
         return Resources(), field_errors(exc, "resources", Resources.model_fields)
 
 
-def _overrides(overrides: Any) -> tuple[list[tuple[str, Any]], list[FieldError]]:
+def _overrides(
+    overrides: Any, budget: NodeBudget
+) -> tuple[list[tuple[str, Any]], list[FieldError]]:
     if not overrides:
         return [], []
     if isinstance(overrides, dict):  # {"optimizer.lr": 1e-4}: already typed
-        return _bounded([(str(k), v) for k, v in overrides.items()])
+        crowded = too_many(len(overrides))
+        if crowded:
+            return [], [crowded]
+        return _bounded(((str(k), v) for k, v in overrides.items()), budget)
     try:
-        return _bounded(
-            parse_overrides(list(overrides) if not isinstance(overrides, str) else overrides)
-        )
+        tokens = list(overrides) if not isinstance(overrides, str) else overrides
+        return _bounded(typed_overrides(tokens, budget), budget)
     except RecipeInvalid as exc:
         return [], exc.errors
 
 
-def _bounded(pairs: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], list[FieldError]]:
-    """The overrides whose values are within bounds; each other one is an error at its key."""
+def _bounded(
+    pairs: Iterable[tuple[str, Any]], budget: NodeBudget
+) -> tuple[list[tuple[str, Any]], list[FieldError]]:
+    """The overrides whose values are within bounds; each other one is an error at its key.
+    Each value is checked before the next is parsed, against the one budget: once it is
+    spent, the rest are neither parsed nor applied."""
     kept: list[tuple[str, Any]] = []
     errors: list[FieldError] = []
-    for key, value in pairs:
-        problems = check_bounds(value, key)
-        errors += [FieldError(e.loc, f"{e.msg} (set by override --{key})", e.fix) for e in problems]
+    pending = iter(pairs)
+    for key, value in pending:
+        problems = check_bounds(value, key, budget)
+        errors += [FieldError(e.loc, f"{e.msg}{_set_by(key)}", e.fix) for e in problems]
         if not problems:
             kept.append((key, value))
+        if budget.exhausted:
+            rest = next(pending, None)  # with nothing left, parsing stops at its first value
+            if rest is not None:
+                errors.append(_unchecked(rest[0]))
+            break
     return kept, errors
+
+
+def _unchecked(key: str) -> FieldError:
+    return FieldError(
+        LOC,
+        f"--{clip(key, QUOTE_MAX)} and the overrides after it were not checked: the request "
+        "is over its limits already",
+        "fix the errors reported before it",
+    )
+
+
+def _set_by(key: str) -> str:
+    return f" (set by override --{clip(key, QUOTE_MAX)})"
 
 
 def _mark_overridden(errors: list[FieldError], keys: set[str]) -> list[FieldError]:
@@ -173,8 +204,8 @@ def _mark_overridden(errors: list[FieldError], keys: set[str]) -> list[FieldErro
             ),
             None,
         )
-        if key is not None:
-            err = FieldError(err.loc, f"{err.msg} (set by override --{key})", err.fix)
+        if key is not None and not err.msg.endswith(_set_by(key)):
+            err = FieldError(err.loc, f"{err.msg}{_set_by(key)}", err.fix)
         if (err.loc, err.msg) not in seen:
             seen.add((err.loc, err.msg))
             marked.append(err)
@@ -191,6 +222,7 @@ def validate_job(
     scope: JobScope | None = None,
     device_memory: int | None = None,
     flops_per_rank: float | None = None,
+    budget: NodeBudget | None = None,
 ) -> ValidationResult:
     """Check everything about a job; never raises for bad input.
 
@@ -198,15 +230,17 @@ def validate_job(
     `scope` is the caller's project (the server's): run-dir paths stay in its own runs.
     `device_memory` (bytes per device, the queue's workers' or a declared one) refuses a
     job whose memory estimate cannot fit (`jobs.recipe.plan.memory_fit`); `flops_per_rank` is
-    the queue's learned throughput behind the estimate's time. A dict `recipe` is copied,
-    never changed.
+    the queue's learned throughput behind the estimate's time. `budget` is the request's
+    input budget, shared by the recipe and every override (the API passes the one its early
+    check used). A dict `recipe` is copied, never changed.
     """
     settings = settings or RecipeSettings()
     if allow_remote_code and not settings.allow_remote_code:
         settings = settings.model_copy(update={"allow_remote_code": True})
     res, errors = coerce_resources(resources)
-    data, load_errors = load_recipe(recipe)
-    pairs, override_errors = _overrides(overrides)
+    budget = budget if budget is not None else NodeBudget()
+    data, load_errors = load_recipe(recipe, budget)
+    pairs, override_errors = _overrides(overrides, budget)
     errors += load_errors + override_errors
     if data is None:
         return ValidationResult(False, errors, build_plan(None, None, res, None))
@@ -225,10 +259,8 @@ def validate_job(
         errors = fit_check(plan.get("estimate"), device_memory, supports_tp)
         if plan.get("estimate") is None:
             warnings = [*warnings, UNCHECKED_MEMORY]
-    plan["trust_remote_code"] = any(  # the student's or a KD teacher's own Python runs
-        bool((normalized.get(name) or {}).get("trust_remote_code"))
-        for name in ("model", "teacher_model")
-    )
+    # The student's or a KD teacher's own Python runs (what a worker asks again at its claim).
+    plan["trust_remote_code"] = REMOTE_CODE in required_grants(normalized)
     plan["warnings"] = [w.to_dict() for w in warnings]
     if errors or setup is None:
         return ValidationResult(False, errors, plan, None, setup, warnings=warnings)

@@ -128,3 +128,9 @@ def set_remote_code(session: Session, project_id: int, allowed: bool) -> Project
     project.allow_remote_code = allowed
     session.flush()
     return project
+
+
+def remote_code_granted(session: Session, project_id: int) -> bool:
+    """The project's remote-code grant as it stands now (a worker asks at every claim)."""
+    query = select(Project.allow_remote_code).where(Project.id == project_id)
+    return bool(session.scalar(query))

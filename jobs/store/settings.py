@@ -4,8 +4,10 @@
 the API, worker and scheduler read: which database and broker they talk to, whether API
 keys are required, the largest request body the API reads (`TUNEYARD_MAX_BODY_BYTES`), and
 how fresh a worker's heartbeat must be to count as live (`TUNEYARD_WORKER_LIVE_SECONDS`),
-how long a queue's capacity is kept between reads (`TUNEYARD_CAPACITY_CACHE_SECONDS`)
-and how many threads run the API's sync routes (`TUNEYARD_API_THREADS`).
+how long a queue's capacity is kept between reads (`TUNEYARD_CAPACITY_CACHE_SECONDS`),
+how many threads run the API's sync routes (`TUNEYARD_API_THREADS`), and how long the API
+waits for a request's headers and body (`TUNEYARD_HEADER_TIMEOUT_SECONDS`,
+`TUNEYARD_BODY_TIMEOUT_SECONDS`).
 The embedded default (no PostgreSQL, no Redis) keeps everything in a SQLite file under the
 home directory.
 """
@@ -35,6 +37,13 @@ class Settings(RecipeSettings):
     # Threads the API runs its sync routes on (anyio's default is 40); the database pool
     # (10 + 30 overflow) covers them.
     api_threads: int = 16
+    # A client sending its request a byte at a time holds a connection (and, while its body
+    # trickles in, a request) for as long as it likes unless the server gives up on it:
+    # headers must be complete this long after the connection opens or the request starts
+    # (`api.server`), the whole body this long after the headers (`api.middleware`).
+    # A recipe is a few KB; the largest body (1 MiB) in 60 s needs only 17 KB/s.
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 60.0
 
     @property
     def resolved_database_url(self) -> str:

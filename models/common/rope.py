@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+from models.registry import NATIVE_ROPE_TYPES
 
 
 def rope_parameters(config: Any) -> dict[str, Any]:
@@ -30,10 +30,8 @@ def rope_parameters(config: Any) -> dict[str, Any]:
 
 def rope_unsupported_reason(config: Any) -> str | None:
     params = rope_parameters(config)
-    if params["rope_type"] not in SUPPORTED_ROPE_TYPES:
-        return (
-            f"rope_type {params['rope_type']!r} (native supports {', '.join(SUPPORTED_ROPE_TYPES)})"
-        )
+    if params["rope_type"] not in NATIVE_ROPE_TYPES:
+        return f"rope_type {params['rope_type']!r} (native supports {', '.join(NATIVE_ROPE_TYPES)})"
     if params.get("partial_rotary_factor", 1.0) != 1.0:
         return "partial_rotary_factor != 1.0"
     return None

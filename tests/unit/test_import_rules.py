@@ -76,8 +76,9 @@ ALLOWED: dict[str, Allowed] = {
             "models.registry",
             "orjson",
             "prometheus_client",
+            "uvicorn",  # api.server: the HTTP protocol `tuneyard api` serves with
         },
-        {"uvicorn", "opentelemetry"},
+        {"opentelemetry"},
     ),  # fmt: skip
     "worker": allow(
         {

@@ -127,8 +127,11 @@ export class LineChart {
         if (Number.isFinite(p.y)) el("circle", { cx: sx(p.x), cy: sy(p.y), r: 2.6, fill: color }, svg);
       }
       const item = document.createElement("span");
-      item.innerHTML = `<i style="background:${color};opacity:${s.faint ? 0.35 : 1}"></i>`;
-      item.append(s.label);
+      // Styled through the CSSOM: the page's Content-Security-Policy refuses style attributes.
+      const swatch = document.createElement("i");
+      swatch.style.background = color;
+      swatch.style.opacity = s.faint ? 0.35 : 1;
+      item.append(swatch, s.label);
       this.legend.appendChild(item);
     });
   }

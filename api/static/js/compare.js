@@ -11,7 +11,7 @@ export function renderCompare(view) {
   view.innerHTML = `
     <div class="panel"><div class="row"><h1>Compare loss curves</h1><span class="spacer"></span>
       <label><input type="checkbox" id="show-val" checked> validation loss</label></div>
-      <div id="compare-chart" style="margin-top:10px"></div></div>
+      <div id="compare-chart"></div></div>
     <div class="panel"><h2>Jobs</h2><table id="compare-jobs"><thead><tr><th></th><th>Name</th>
       <th>State</th><th>Created</th></tr></thead><tbody></tbody></table></div>`;
   const chart = new LineChart(view.querySelector("#compare-chart"), { emptyText: "Pick jobs below" });

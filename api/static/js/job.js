@@ -86,8 +86,8 @@ function skeleton(jobId) {
           <button data-action="resume" id="btn-resume">Resume</button>
           <button data-action="cancel" id="btn-cancel" class="danger">Cancel</button>
         </div></div>
-      <dl class="kv" id="job-details" style="margin-top:12px"></dl>
-      <dl class="kv" id="job-memory" style="margin-top:8px"></dl>
+      <dl class="kv" id="job-details"></dl>
+      <dl class="kv" id="job-memory"></dl>
     </div>
     <div class="grid">${charts}
       <div class="panel"><h2>Events</h2><ul class="timeline" id="events"></ul></div>

@@ -12,17 +12,17 @@ export function renderSubmit(view) {
     <form class="panel" id="submit-form">
       <div class="row"><h1>Submit a job</h1><span class="spacer"></span>
         <label class="button">Upload file<input type="file" id="recipe-file" accept=".yaml,.yml,.json" hidden></label></div>
-      <div class="row" style="margin:12px 0">
+      <div class="row" id="job-fields">
         <label>Name <input id="job-name" data-loc="name" placeholder="my-finetune"></label>
-        <label>Nodes <input id="nnodes" data-loc="resources.nnodes" type="number" min="1" value="1" style="width:70px"></label>
-        <label>Procs/node <input id="nproc" data-loc="resources.nproc_per_node" type="number" min="1" value="1" style="width:70px"></label>
+        <label>Nodes <input id="nnodes" data-loc="resources.nnodes" type="number" min="1" value="1"></label>
+        <label>Procs/node <input id="nproc" data-loc="resources.nproc_per_node" type="number" min="1" value="1"></label>
         <label>Accelerator <select id="accelerator" data-loc="resources.accelerator"><option>cpu</option><option>cuda</option></select></label>
       </div>
       <div class="editor"><div class="gutter" id="gutter"></div>
         <textarea id="recipe" spellcheck="false" placeholder="Paste a recipe (YAML or JSON)"></textarea></div>
-      <label style="display:block;margin-top:10px">Overrides, one per line (<code>optimizer.lr=1e-4</code>)
-        <textarea id="overrides" data-loc="overrides" style="min-height:60px"></textarea></label>
-      <div class="row" style="margin-top:12px">
+      <label id="overrides-label">Overrides, one per line (<code>optimizer.lr=1e-4</code>)
+        <textarea id="overrides" data-loc="overrides"></textarea></label>
+      <div class="row" id="submit-buttons">
         <button type="button" id="validate">Validate</button>
         <button type="submit" class="primary" id="submit">Submit</button>
         <span id="result" class="muted"></span></div>
@@ -77,7 +77,7 @@ async function send(view, validateOnly) {
       throw new ApiError(422, answer);
     } else if (validateOnly) {
       const plan = answer.plan || {};
-      result.innerHTML = `<span style="color:var(--ok)">Valid.</span> ${esc(summary(plan))}`;
+      result.innerHTML = `<span class="valid">Valid.</span> ${esc(summary(plan))}`;
       result.dataset.valid = "true";
     } else {
       sessionStorage.removeItem(DRAFT);

@@ -120,7 +120,7 @@ def _fixed_sections(data: dict[str, Any], out: dict[str, Any]) -> list[FieldErro
 
 
 def _target_sections(
-    data: dict[str, Any], out: dict[str, Any], remote_code: bool
+    data: dict[str, Any], out: dict[str, Any], settings: RecipeSettings
 ) -> list[FieldError]:
     errors: list[FieldError] = []
     for name in TARGET_SECTIONS:
@@ -134,7 +134,7 @@ def _target_sections(
             fix = f"write {name}: as a YAML mapping with _target_ and its arguments"
             errors.append(FieldError(name, "must be a mapping with a _target_", fix))
         elif value is not None:
-            errors += _target_section(name, out[name], remote_code)
+            errors += _target_section(name, out[name], settings)
     return errors
 
 
@@ -147,11 +147,14 @@ def _stray_targets(out: dict[str, Any]) -> list[FieldError]:
     return errors
 
 
-def _target_section(name: str, section: dict[str, Any], remote_code: bool) -> list[FieldError]:
+def _target_section(
+    name: str, section: dict[str, Any], settings: RecipeSettings
+) -> list[FieldError]:
     """One `_target_` section, normalized in place: legacy keys out, synonyms folded."""
-    errors = check_model_kwargs(section, remote_code) if name == "model" else []
+    grants = (settings.allow_remote_code, settings.allow_pickle_weights)
+    errors = check_model_kwargs(section, *grants) if name == "model" else []
     if name == "teacher_model":  # the student's loader rules, reported at teacher_model
-        errors = as_teacher_errors(check_model_kwargs(section, remote_code))
+        errors = as_teacher_errors(check_model_kwargs(section, *grants))
     if name == "kd_loss_fn":
         errors += check_kd_loss(section)
     errors += fold_kwarg_synonyms(section, name)
@@ -309,9 +312,7 @@ def normalize_recipe(
     errs += prepare_kd_keys(data, out["recipe"])
     out["kd_ratio"], kd_errs = check_kd_ratio(data.get("kd_ratio"), out["recipe"])
     errs += kd_errs
-    errors += (
-        errs + _fixed_sections(data, out) + _target_sections(data, out, settings.allow_remote_code)
-    )
+    errors += errs + _fixed_sections(data, out) + _target_sections(data, out, settings)
     errors += check_trackers(data, out, settings, scope, warnings)
     errs, bench_warnings = check_benchmark(data, out)
     errors, warnings = errors + errs + _stray_targets(out), warnings + bench_warnings

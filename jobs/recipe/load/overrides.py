@@ -4,31 +4,51 @@
 `optimizer.lr=1e-4` and a bare `--flag` (true) into `(dotted key, typed value)` pairs.
 `apply_overrides` writes them into a copy of the recipe. It never decides whether a key
 exists: the schema does that after the overrides are applied, so an override of an unknown
-key fails exactly like the same typo in the YAML, at its path, with a suggestion.
+key fails exactly like the same typo in the YAML, at its path, with a suggestion. A request
+holds at most `MAX_OVERRIDES` of them, each key at most `MAX_DEPTH` parts deep; their values
+draw on the request's one `NodeBudget`, parsed one at a time (`typed_overrides`) so each
+sees what the recipe and the values before it have spent.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from jobs.recipe.errors import FieldError, RecipeInvalid
+from jobs.recipe.errors import FieldError, RecipeInvalid, shown
+from jobs.recipe.load.bounds import MAX_DEPTH, MAX_ERRORS, MAX_STRING, NodeBudget
 from jobs.recipe.load.yaml_loader import parse_scalar
 
 LOC = "overrides"
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*$")
+MAX_OVERRIDES = 200  # a job's overrides tune a few values; the rest belongs in the recipe
+_KEY = re.compile(r"\A[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*\Z")
+FORMS = "write overrides as --section.key value, --section.key=value or section.key=value"
+
+
+TOO_MANY = FieldError(
+    LOC,
+    f"has more than {MAX_OVERRIDES} overrides",
+    f"set the values in the recipe itself; keep at most {MAX_OVERRIDES} overrides",
+)
+
+
+def too_many(count: int) -> FieldError | None:
+    """`TOO_MANY` for a request of more than `MAX_OVERRIDES` overrides, else None."""
+    return TOO_MANY if count > MAX_OVERRIDES else None
 
 
 def _check_key(key: str, token: str) -> FieldError | None:
-    if _KEY.match(key):
-        return None
-    return FieldError(
-        LOC,
-        f"{token!r} is not a dotted recipe key",
-        "write overrides as --section.key value, --section.key=value or section.key=value",
-    )
+    if len(key) > MAX_STRING or not _KEY.match(key):
+        return FieldError(LOC, f"{shown(token)} is not a dotted recipe key", FORMS)
+    if key.count(".") >= MAX_DEPTH:
+        return FieldError(
+            LOC,
+            f"{shown(token)} names a key {key.count('.') + 1} levels deep; at most {MAX_DEPTH}",
+            "override a key of the recipe's own sections",
+        )
+    return None
 
 
 def override_texts(tokens: Sequence[str] | str) -> tuple[list[str], list[FieldError]]:
@@ -44,6 +64,10 @@ def override_texts(tokens: Sequence[str] | str) -> tuple[list[str], list[FieldEr
     errors: list[FieldError] = []
     i = 0
     while i < len(tokens):
+        if len(texts) + len(errors) == MAX_OVERRIDES:  # one more is one too many: stop here
+            return [], [TOO_MANY]
+        if len(errors) == MAX_ERRORS:  # a report, not one error per token
+            break
         token = str(tokens[i])
         i += 1
         body = token[2:] if token.startswith("--") else token
@@ -55,7 +79,7 @@ def override_texts(tokens: Sequence[str] | str) -> tuple[list[str], list[FieldEr
                 raw, i = str(tokens[i]), i + 1
         else:
             fix = "write --section.key value or section.key=value"
-            errors.append(FieldError(LOC, f"{token!r} is not an override", fix))
+            errors.append(FieldError(LOC, f"{shown(token)} is not an override", fix))
             continue
         problem = _check_key(key, token)
         if problem:
@@ -65,12 +89,24 @@ def override_texts(tokens: Sequence[str] | str) -> tuple[list[str], list[FieldEr
     return texts, errors
 
 
-def parse_overrides(tokens: Sequence[str] | str) -> list[tuple[str, Any]]:
+def parse_overrides(
+    tokens: Sequence[str] | str, budget: NodeBudget | None = None
+) -> list[tuple[str, Any]]:
     """Typed (key, value) pairs; raises RecipeInvalid naming every malformed token."""
+    return list(typed_overrides(tokens, budget))
+
+
+def typed_overrides(
+    tokens: Sequence[str] | str, budget: NodeBudget | None = None
+) -> Iterator[tuple[str, Any]]:
+    """Typed (key, value) pairs, each value parsed only when asked for, against what `budget`
+    has left then (a caller that checks each value before the next makes later ones see what
+    earlier ones spent); raises RecipeInvalid, at the first pair, naming every bad token."""
     texts, errors = override_texts(tokens)
     if errors:
         raise RecipeInvalid(errors)
-    return [(key, parse_scalar(raw)) for key, _, raw in (t.partition("=") for t in texts)]
+    for key, _, raw in (t.partition("=") for t in texts):
+        yield key, parse_scalar(raw, budget)
 
 
 def apply_overrides(

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobs.recipe.automodel.sections import recipe_family_error
 from jobs.recipe.errors import FieldError, did_you_mean
+from jobs.recipe.load import limits
 from jobs.recipe.load.plain import fresh
 from jobs.recipe.load.schema_errors import field_errors
 from jobs.recipe.sections.recovery import RecoverySection
@@ -26,6 +27,13 @@ from jobs.recipe.sections.recovery import RecoverySection
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
+# Counts bounded by `jobs.recipe.load.limits`: a value past its maximum is refused at its
+# field ("less than or equal to N"), before the plan multiplies it with anything.
+Steps = Annotated[int, Field(gt=0, le=limits.MAX_STEPS)]
+Epochs = Annotated[int, Field(gt=0, le=limits.MAX_EPOCHS)]
+GlobalBatch = Annotated[int, Field(gt=0, le=limits.MAX_GLOBAL_BATCH)]
+LocalBatch = Annotated[int, Field(gt=0, le=limits.MAX_LOCAL_BATCH)]
+Accumulation = Annotated[int, Field(gt=0, le=limits.MAX_GRAD_ACCUMULATION)]
 
 TARGET_SECTIONS = (
     "model",
@@ -85,14 +93,14 @@ class Section(BaseModel):
 
 
 class StepSchedulerSection(Section):
-    max_steps: PositiveInt | None = None
-    num_epochs: PositiveInt | None = None  # None: unbounded when max_steps is given
-    global_batch_size: PositiveInt | None = None
-    local_batch_size: PositiveInt | None = None
-    grad_accumulation_steps: PositiveInt | None = None
-    val_check_interval: PositiveInt | None = None
-    checkpoint_interval: PositiveInt | None = None
-    log_interval: PositiveInt = 1
+    max_steps: Steps | None = None
+    num_epochs: Epochs | None = None  # None: unbounded when max_steps is given
+    global_batch_size: GlobalBatch | None = None
+    local_batch_size: LocalBatch | None = None
+    grad_accumulation_steps: Accumulation | None = None
+    val_check_interval: Steps | None = None
+    checkpoint_interval: Steps | None = None
+    log_interval: Steps = 1
 
 
 class RngSection(Section):
@@ -102,7 +110,7 @@ class RngSection(Section):
 
 class DistEnvSection(Section):
     backend: Literal["nccl", "gloo"] | None = None
-    timeout_minutes: PositiveInt | None = None
+    timeout_minutes: Annotated[int, Field(gt=0, le=limits.MAX_TIMEOUT_MINUTES)] | None = None
     master_addr: str | None = None
     master_port: Annotated[int, Field(ge=1, le=65535)] | None = None
 
@@ -123,15 +131,15 @@ class ClipGradNormSection(Section):
 
 class PackedSequenceSection(Section):
     enabled: bool | None = None
-    packed_sequence_size: NonNegativeInt = 0
+    packed_sequence_size: Annotated[int, Field(ge=0, le=limits.MAX_SEQ_LENGTH)] = 0
     split_across_pack: bool = False
-    max_packs: PositiveInt | None = None
+    max_packs: Annotated[int, Field(gt=0, le=limits.MAX_DATASET_SAMPLES)] | None = None
     drop_long_samples: bool = False  # a sample longer than a pack: dropped, not truncated
 
 
 class DataloaderSection(Section):
-    batch_size: PositiveInt | None = None
-    num_workers: NonNegativeInt = 0
+    batch_size: LocalBatch | None = None
+    num_workers: Annotated[int, Field(ge=0, le=limits.MAX_DATALOADER_WORKERS)] = 0
     shuffle: bool = True
     drop_last: bool = False
     pin_memory: bool = False
@@ -157,8 +165,8 @@ class PeftSection(Section):
     target_modules: list[str] | None = None
     exclude_modules: list[str] | None = None
     match_all_linear: bool | None = None
-    dim: PositiveInt = 8
-    alpha: PositiveFloat = 32.0
+    dim: Annotated[int, Field(gt=0, le=limits.MAX_LORA_RANK)] = 8
+    alpha: Annotated[float, Field(gt=0, le=limits.MAX_LORA_ALPHA)] = 32.0
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     dropout_position: Literal["pre", "post"] = "post"
     use_dora: bool = False
@@ -178,16 +186,17 @@ class Fp8Section(Section):
 class QatSection(Section):
     enabled: bool = False
     quantizer: str | dict[str, Any] | None = None
-    fake_quant_after_n_steps: NonNegativeInt | None = None
-    groupsize: PositiveInt | None = None
+    fake_quant_after_n_steps: Annotated[int, Field(ge=0, le=limits.MAX_STEPS)] | None = None
+    groupsize: Annotated[int, Field(gt=0, le=limits.MAX_QUANT_GROUP_SIZE)] | None = None
 
 
 class BenchmarkSection(Section):
     """`benchmark:` of `recipe: llm_benchmark`; `jobs.recipe.sections.benchmark` derives the counts."""
 
-    warmup_steps: PositiveInt = 2
-    measured_steps: PositiveInt | None = None  # None: step_scheduler.max_steps - warmup_steps
-    peak_tflops: PositiveFloat | None = None  # per device; None: the trainer's device table
+    warmup_steps: Steps = 2
+    measured_steps: Steps | None = None  # None: step_scheduler.max_steps - warmup_steps
+    # per device; None: the trainer's device table
+    peak_tflops: Annotated[float, Field(gt=0, le=limits.MAX_PEAK_TFLOPS)] | None = None
 
 
 class RestoreFromSection(Section):
@@ -195,7 +204,7 @@ class RestoreFromSection(Section):
 
     path: str | None = None
     job: Annotated[str, Field(min_length=1, max_length=64)] | None = None
-    step: PositiveInt | None = None
+    step: Steps | None = None
 
 
 RESTORE_FIX = "write restore_from: {path: LATEST}, {path: <checkpoint dir>} or {job: <id>, step: N}"

@@ -3,7 +3,9 @@
 Every schema in `jobs` (recipe sections, strategy configs, resources) is a pydantic model
 that forbids unknown keys. `field_errors` maps each pydantic error to a `FieldError` with a
 dotted `loc` under the section's prefix, a plain message, and a fix: a "did you mean" for
-an unknown key, the accepted values for a literal, the bound for a number.
+an unknown key, the accepted values for a literal, the bound for a number. A key is
+quoted through `shown`, cut to a hundred characters; a validator's own message is cut by
+`FieldError` itself.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from jobs.recipe.errors import FieldError, did_you_mean
+from jobs.recipe.errors import FieldError, did_you_mean, shown
+from jobs.recipe.load.bounds import escaped
 
 
 def _loc(prefix: str, parts: Iterable[Any]) -> str:
-    tail = ".".join(str(p) for p in parts)
+    tail = escaped(".".join(str(p) for p in parts))  # keys are the user's: show, never act
     if not tail:
         return prefix
     return f"{prefix}.{tail}" if prefix else tail
@@ -77,7 +80,7 @@ def errors_from_pydantic(
         if kind in {"extra_forbidden", "unexpected_keyword_argument"}:
             key = str(parts[-1]) if parts else ""
             hint = did_you_mean(key, known) if len(parts) == 1 else ""
-            out.append(FieldError(loc, f"unknown key {key!r}", hint or f"remove {loc}"))
+            out.append(FieldError(loc, f"unknown key {shown(key)}", hint or f"remove {loc}"))
             continue
         msg, fix = err.get("msg", "invalid"), _fix_for(kind, err, loc)
         if kind == "value_error":

@@ -8,7 +8,8 @@ merge keys are for. `parse_scalar` types one command-line override value.
 
 The loader never builds more than the limits in `jobs.recipe.load.bounds` allow: while composing
 it counts every value, an alias counting as the whole value it repeats, so an alias bomb
-stops after `MAX_NODES` values instead of expanding; nesting stops at `MAX_DEPTH` (before
+stops once it would overdraw the request's `NodeBudget` (what the recipe and the overrides
+before it have left of `MAX_NODES`) instead of expanding; nesting stops at `MAX_DEPTH` (before
 Python's recursion limit would) and one list or mapping at `MAX_ITEMS` entries, so a huge
 flow list is refused without parsing all of it. Those raise `LimitExceeded`, located at the
 field. Values JSON cannot hold (dates, `!!binary`, `!!set`, `!!omap`, unknown or python
@@ -23,17 +24,17 @@ from typing import Any
 
 import yaml
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import FieldError, clip, shown
 from jobs.recipe.load.bounds import (
     MAX_DEPTH,
     MAX_ITEMS,
-    MAX_NODES,
+    NodeBudget,
     Refused,
     join_loc,
     long_int,
 )
 
-_FLOAT = re.compile(r"^[-+]?(?:\d[\d_]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)$")
+_FLOAT = re.compile(r"\A[-+]?(?:\d[\d_]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)\Z")
 _MERGE = "tag:yaml.org,2002:merge"
 _STANDARD = "tag:yaml.org,2002:"
 NOT_PLAIN_FIX = "remove the tag; a recipe holds plain values (a _target_ names what to build)"
@@ -84,9 +85,11 @@ else:  # pragma: no cover
 
 class RecipeLoader(_Events, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
     """SafeLoader's rules plus exponent floats without a dot, duplicate-key errors and the
-    limits."""
+    limits. It reads `budget` (the walk in `check_bounds` spends it): a value larger than
+    what is left would be refused there, so it is refused here before it is built, and the
+    budget is overdrawn: the request is over its limit."""
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, budget: NodeBudget | None = None) -> None:
         _Events.__init__(self, stream)
         yaml.constructor.SafeConstructor.__init__(self)
         yaml.resolver.Resolver.__init__(self)
@@ -94,6 +97,7 @@ class RecipeLoader(_Events, yaml.constructor.SafeConstructor, yaml.resolver.Reso
         self._counts: list[int] = []  # entries composed so far, per open node
         self._values = 0  # values composed, aliases counted at their full size
         self._sizes: dict[str, int] = {}  # anchor -> values it stands for, once complete
+        self._budget = budget if budget is not None else NodeBudget()
 
     def _loc(self, depth: int | None = None) -> str:
         return join_loc([s for s in self._path[:depth] if s is not None])
@@ -109,7 +113,7 @@ class RecipeLoader(_Events, yaml.constructor.SafeConstructor, yaml.resolver.Reso
         if event.anchor in self.anchors and event.anchor not in self._sizes:
             raise self._exceeded(
                 self._loc_of(index),
-                f"uses the alias *{event.anchor} inside the value it names (a cycle)",
+                f"uses the alias *{clip(event.anchor, 100)} inside the value it names (a cycle)",
                 "alias only a value that is complete before the alias",
             )
         return self._sizes.get(event.anchor, 1)
@@ -126,11 +130,12 @@ class RecipeLoader(_Events, yaml.constructor.SafeConstructor, yaml.resolver.Reso
                     "shorten it, or point to a file holding the data",
                 )
         self._values += size
-        if self._values > MAX_NODES:
+        if self._values > self._budget.left:
+            self._budget.overdraw()
             raise self._exceeded(
                 self._loc_of(index),
-                f"makes the recipe larger than {MAX_NODES} values "
-                "(an alias counts as the whole value it repeats)",
+                f"makes the request larger than {self._budget.limit} values, recipe and "
+                "overrides together (an alias counts as the whole value it repeats)",
                 "write the values out, or alias smaller ones",
             )
 
@@ -164,7 +169,7 @@ class RecipeLoader(_Events, yaml.constructor.SafeConstructor, yaml.resolver.Reso
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, str) and key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice", key_node.start_mark
+                    None, None, f"key {shown(key)} is given twice", key_node.start_mark
                 )
             if isinstance(key, str):
                 seen.add(key)
@@ -179,14 +184,14 @@ def _refuse(what: str, fix: str) -> Any:
 
 
 def _refuse_timestamp(_loader: RecipeLoader, node: yaml.Node) -> Refused:
+    text = clip(str(node.value), 100)
     return Refused(
-        f"a date or time ({node.value!s} is a YAML timestamp)",
-        f"quote it as a string: '{node.value!s}'",
+        f"a date or time ({text} is a YAML timestamp)", f"quote it as a string: '{text}'"
     )
 
 
 def _refuse_tag(_loader: RecipeLoader, node: yaml.Node) -> Refused:
-    tag = str(node.tag).replace(_STANDARD, "!!")
+    tag = clip(str(node.tag).replace(_STANDARD, "!!"), 100)
     return Refused(f"tagged {tag}, which a recipe cannot hold", NOT_PLAIN_FIX)
 
 
@@ -208,11 +213,16 @@ for _ordered in ("omap", "pairs"):
 RecipeLoader.add_constructor(None, _refuse_tag)
 
 
-def load_yaml(text: str) -> Any:
+def load_yaml(text: str, budget: NodeBudget | None = None) -> Any:
     """Parse YAML or JSON text; raises yaml.YAMLError on bad syntax (`LimitExceeded`, a
-    subclass, past a limit). Refused values come back as `Refused` markers."""
+    subclass, past a limit or past what `budget` has left). Refused values come back as
+    `Refused` markers."""
     try:
-        return yaml.load(text, Loader=RecipeLoader)  # noqa: S506 - SafeConstructor only
+        loader = RecipeLoader(text, budget)  # what yaml.load does, with the budget passed in
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except UnicodeEncodeError as exc:  # a lone surrogate: libyaml reads UTF-8 only
         raise yaml.reader.ReaderError(
             "<unicode string>",
@@ -223,12 +233,13 @@ def load_yaml(text: str) -> Any:
         ) from exc
 
 
-def parse_scalar(text: str) -> Any:
-    """Type one override value: int, float, bool, null (also None/none), list, dict, str."""
+def parse_scalar(text: str, budget: NodeBudget | None = None) -> Any:
+    """Type one override value: int, float, bool, null (also None/none), list, dict, str;
+    one larger than what `budget` has left is a `Refused` marker, never built."""
     if text.strip() in {"None", "none"}:
         return None
     try:
-        value = load_yaml(text)
+        value = load_yaml(text, budget)
     except LimitExceeded as exc:  # too big to be a string the user meant: say why
         return Refused(f"a value that {exc.error.msg}", exc.error.fix)
     except yaml.YAMLError:

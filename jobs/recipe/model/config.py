@@ -7,8 +7,9 @@ its real path inside the roots its directory was checked against (the hub cache 
 name), at most `CONFIG_FILE_CAP` bytes. From the config come the architecture (whose
 capabilities the torch-free `models.registry` table gives), the parameter count (exact for
 native families, `jobs.recipe.plan.flops`) and `vocab_size`. `check_model_kwargs` refuses the
-legacy flat loader kwargs that now live in the `distributed` section, unknown dtypes and
-`trust_remote_code: true`.
+legacy flat loader kwargs that now live in the `distributed` section, unknown dtypes,
+`trust_remote_code: true` without the grant, and `use_safetensors: false` (pickled weights)
+without the operator's `allow_pickle_weights` (`jobs.recipe.targets.loader_kwargs`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from jobs.recipe.errors import FieldError
 from jobs.recipe.model.native_fallbacks import NATIVE_ONLY_TP, hf_fallback_reason
 from jobs.recipe.paths.roots import read_bounded
 from jobs.recipe.plan.flops import param_count
-from models.registry import ModelCapabilities, capabilities_for, registered_architectures
+from jobs.recipe.targets.loader_kwargs import weight_format_errors
+from models.registry import (
+    NATIVE_ROPE_TYPES,
+    ModelCapabilities,
+    capabilities_for,
+    registered_architectures,
+)
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flex_attention")
@@ -44,9 +51,12 @@ REMOTE_CODE_FIX = (
 )
 
 
-def check_model_kwargs(model: dict[str, Any], allow_remote_code: bool = False) -> list[FieldError]:
+def check_model_kwargs(
+    model: dict[str, Any], allow_remote_code: bool = False, allow_pickle_weights: bool = False
+) -> list[FieldError]:
     """Loader-kwarg rules; pops the legacy keys so the allowlist check does not repeat them."""
     errors = _legacy_kwarg_errors(model) + _topology_kwarg_errors(model) + _value_errors(model)
+    errors += weight_format_errors(model, allow_pickle_weights)
     return errors + _remote_code_errors(model, allow_remote_code)
 
 
@@ -107,7 +117,7 @@ def _value_errors(model: dict[str, Any]) -> list[FieldError]:
 # whose parsing alone would cost memory per request.
 CONFIG_FILE_CAP = 4 << 20
 REF_FILE_CAP = 256  # refs/main holds one commit hash
-REVISION = re.compile(r"^[A-Za-z0-9._-]+$")
+REVISION = re.compile(r"\A[A-Za-z0-9._-]+\Z")
 
 
 def hub_cache_root() -> Path:
@@ -205,10 +215,6 @@ _CAPABILITY_FIELDS = (
     ("cp_size", "supports_cp", "context parallelism"),
     ("ep_size", "supports_ep", "expert parallelism"),
 )
-
-# The rope types the native attention computes (models.common.rope.SUPPORTED_ROPE_TYPES,
-# which imports torch; a test keeps the two equal). Others load the Hugging Face class.
-NATIVE_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 def context_parallel_config_errors(

@@ -7,6 +7,9 @@ the config has (a did-you-mean otherwise) with a value of the same JSON type; on
 `from_pretrained` load an override that changes a weight's shape (layers, widths, heads,
 vocabulary, experts) is refused, since the checkpoint's tensors would not fit. Where the
 config is not readable (an uncached hub model) the overrides are accepted with a warning.
+Either way an override is never a transformers loader option (`device_map`, `cache_dir`,
+...): `jobs.recipe.targets.loader_kwargs` refuses those at the `_target_` check, and they are
+not overrides here.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.recipe.errors import FieldError, did_you_mean
+from jobs.recipe.targets.loader_kwargs import is_override_name
 from jobs.recipe.targets.table import TARGETS
 
 # Config attributes that set a weight's shape (or how many weights there are).
@@ -59,13 +63,18 @@ FROM_PRETRAINED = "pretrained_model_name_or_path"
 
 
 def overrides_of(section: dict[str, Any]) -> dict[str, Any]:
-    """The keywords of a target section that are config attribute overrides."""
+    """The keywords of a target section that are config attribute overrides (a loader
+    option or a name no attribute can have is refused elsewhere, not an override)."""
     target = section.get("_target_")
     spec = TARGETS.get(target) if isinstance(target, str) else None
     if spec is None or not spec.overrides:
         return {}
     known = set(spec.params or ()) | set(spec.injected) | {"_target_", FROM_PRETRAINED}
-    return {k: v for k, v in section.items() if k not in known and k not in spec.nested}
+    return {
+        k: v
+        for k, v in section.items()
+        if k not in known and k not in spec.nested and is_override_name(k)
+    }
 
 
 def _json_kind(value: Any) -> str:

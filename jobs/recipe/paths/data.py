@@ -1,6 +1,7 @@
 """The paths a recipe's sections name, checked: model, tokenizer and dataset files inside the
 data roots (or cached hub names), checkpoint and restore paths inside the checkpoint roots
-and the caller's own runs, and dataset keywords that must be names, not paths.
+and, with a scope, in the caller's own part of them, and dataset keywords that must be
+names, not paths.
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ from jobs.recipe.load.plain import is_number
 from jobs.recipe.model.hub import offline_errors
 from jobs.recipe.paths.forms import check_file_set
 from jobs.recipe.paths.roots import PathCheck, check_checkpoint_path, check_data_path
-from jobs.recipe.paths.scope import JobScope, confinement_errors, resolve_restore_job
+from jobs.recipe.paths.scope import (
+    JobScope,
+    confinement_errors,
+    is_relative_path,
+    owner_errors,
+    resolve_restore_job,
+    run_relative,
+)
 from jobs.recipe.settings import RecipeSettings
 from jobs.recipe.targets.table import TARGETS
 
@@ -123,13 +131,14 @@ def _path_leaves(value: Any, loc: str, weights: bool = False) -> Iterator[tuple[
 def _checkpoint_path(
     value: Any, loc: str, settings: RecipeSettings, scope: JobScope | None, must_exist: bool
 ) -> tuple[str | None, list[FieldError]]:
-    """One checkpoint path inside the checkpoint roots and, with a scope, the project's runs."""
+    """One checkpoint path inside the checkpoint roots and, with a scope, in the project's
+    own part of them: that is decided first, so whether the path exists tells nothing."""
     roots = settings.allowed_checkpoint_roots()
+    errors = owner_errors(value, loc, roots, settings.resolved_runs_dir, scope)
+    if errors:
+        return None, errors
     check = check_checkpoint_path(value, loc, roots, must_exist=must_exist)
-    if check.path is None:
-        return None, check.errors
-    errors = confinement_errors(check.path, loc, settings.resolved_runs_dir, scope)
-    return str(check.path), errors
+    return (str(check.path) if check.path is not None else None), check.errors
 
 
 def check_checkpoint_paths(
@@ -139,16 +148,21 @@ def check_checkpoint_paths(
     scope: JobScope | None = None,
 ) -> list[FieldError]:
     """checkpoint_dir (may not exist yet) and restore_from inside the checkpoint roots, and
-    with a scope inside the project's own runs; `{job, step}` becomes that job's checkpoint.
+    with a scope in the project's own part of them; `{job, step}` becomes that job's
+    checkpoint.
 
-    Local paths are made absolute in place, so the worker reads what was validated.
+    Local paths are made absolute in place, so the worker reads what was validated; with a
+    scope a relative checkpoint_dir stays relative: the trainer puts it in the run directory.
     """
     errors: list[FieldError] = []
-    if checkpoint.get("checkpoint_dir") is not None:
-        path, errors = _checkpoint_path(
-            checkpoint["checkpoint_dir"], "checkpoint.checkpoint_dir", settings, scope, False
-        )
-        checkpoint["checkpoint_dir"] = path or checkpoint["checkpoint_dir"]
+    value, loc = checkpoint.get("checkpoint_dir"), "checkpoint.checkpoint_dir"
+    if scope is not None and is_relative_path(value):  # the server: in the job's run dir
+        roots, runs = settings.allowed_checkpoint_roots(), settings.resolved_runs_dir
+        path, errors = run_relative(value, loc, roots, runs, scope)
+        checkpoint["checkpoint_dir"] = path or value
+    elif value is not None:
+        path, errors = _checkpoint_path(value, loc, settings, scope, False)
+        checkpoint["checkpoint_dir"] = path or value
     if restore and "job" in restore:
         errors += _resolve_job_restore(restore, settings, scope)
     elif restore and restore["path"] != "LATEST":

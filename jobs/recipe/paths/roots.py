@@ -20,7 +20,7 @@ from pathlib import Path
 
 from jobs.recipe.errors import FieldError
 
-HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+HUB_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*\Z")
 NAME_MAX_CHARS = 200
 
 

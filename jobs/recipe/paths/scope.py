@@ -1,15 +1,20 @@
-"""Which run directories a recipe may reach: the caller's project, as a `JobScope`.
+"""Which checkpoint paths a recipe may reach: the caller's project, as a `JobScope`.
 
 Run directories are `<runs_dir>/<job id>` and hold every project's checkpoints side by side,
 inside the checkpoint roots. Validation cannot read the database, so the server hands
 `validate_job` a `JobScope` for the caller's project: its name, `owns_job(id)`, and where a
 job keeps its checkpoints when its recipe moved them (`checkpoint_dir_of`). With a scope, a
 path inside the runs directory must lie under the run of one of the project's jobs
-(`confinement_errors`), and `restore_from: {job: <id>, step: N}` resolves to that job's
-`step_<N>` checkpoint (the one its `LATEST` names when no step is given): the layout the
-trainer's checkpoint manager writes. Without a scope (`tuneyard validate`, the trainer
-re-checking a stored recipe) paths are only checked against the roots and `{job: ...}` is
-refused, since only the server knows whose job an id is.
+(`confinement_errors`); a checkpoint path a job writes or restores from must be the
+project's own (`owner_errors`): the run of one of its jobs or `<root>/<project>/...` of a
+checkpoint root, decided from the text before anything is looked at and refused with one
+answer, so that no answer tells what another project has; a relative `checkpoint_dir` is
+kept relative (`run_relative`): the trainer puts it in the job's run directory.
+`restore_from: {job: <id>, step: N}` resolves to that job's `step_<N>` checkpoint (the one
+its `LATEST` names when no step is given): the layout the trainer's checkpoint manager
+writes. Without a scope (`tuneyard validate`, the trainer re-checking a stored recipe)
+paths are only checked against the roots and `{job: ...}` is refused, since only the server
+knows whose job an id is.
 """
 
 from __future__ import annotations
@@ -26,7 +31,10 @@ from jobs.recipe.paths.roots import read_bounded
 
 CHECKPOINTS_DIR = "checkpoints"  # <run dir>/checkpoints unless checkpoint.checkpoint_dir moves it
 LATEST_FILE = "LATEST"  # one line: the name of the newest complete step directory
-STEP_DIR = re.compile(r"^step_([0-9]+)$")
+STEP_DIR = re.compile(r"\Astep_([0-9]+)\Z")
+# A project name that is one plain path component names its directory under each checkpoint
+# root; project names are not otherwise constrained, so any other name has no such directory.
+PROJECT_DIR = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 LATEST_CAP = 256
 SERVER_FIX = (
     "naming a job needs the server, which knows this project's jobs: submit with "
@@ -47,6 +55,11 @@ class JobScope:
     # The job's own `checkpoint.checkpoint_dir`, or None when it kept the default
     checkpoint_dir_of: Callable[[str], str | None] = _no_checkpoint_dir
 
+    @property
+    def project_dir(self) -> str | None:
+        """The directory the project owns under each checkpoint root (None: it has none)."""
+        return self.project if PROJECT_DIR.match(self.project) else None
+
 
 def run_dir_of(runs_dir: Path, job_id: str) -> Path:
     """Where the worker runs a job (the same rule `worker.tasks` applies)."""
@@ -54,16 +67,19 @@ def run_dir_of(runs_dir: Path, job_id: str) -> Path:
 
 
 def checkpoints_of(runs_dir: Path, job_id: str, scope: JobScope) -> Path:
+    """The job's checkpoints: its own checkpoint_dir (a relative one in its run directory,
+    where the trainer puts it) or the run's `checkpoints/`."""
     own = scope.checkpoint_dir_of(job_id)
-    return Path(own) if own else run_dir_of(runs_dir, job_id) / CHECKPOINTS_DIR
+    return run_dir_of(runs_dir, job_id) / (own or CHECKPOINTS_DIR)
 
 
-def _run_under(path: str, runs: str) -> str | None:
-    """The run directory name `path` lies in ('' for the runs dir itself), None if outside
-    (absolute, normalized paths as text)."""
-    if path == runs:
+def _first_below(path: str, top: str) -> str | None:
+    """The name of the entry of `top` that `path` lies in ('' for `top` itself), None if
+    outside (absolute, normalized paths as text): a run in the runs dir, a project's
+    directory in a checkpoint root."""
+    if path == top:
         return ""
-    prefix = runs if runs.endswith("/") else runs + "/"
+    prefix = top if top.endswith("/") else top + "/"
     return path[len(prefix) :].split("/", 1)[0] if path.startswith(prefix) else None
 
 
@@ -82,7 +98,7 @@ def confinement_errors(
     )
     fix = f"use the run directory of a job of project {scope.project}, or the checkpoint roots"
     for candidate, runs in pairs:
-        run = _run_under(candidate, runs)
+        run = _first_below(candidate, runs)
         if run == "":
             return [FieldError(loc, f"{str(path)!r} is the runs directory of every project", fix)]
         if run is None:
@@ -91,6 +107,78 @@ def confinement_errors(
             msg = f"{str(path)!r} is in the run of a job that is not in project {scope.project}"
             return [FieldError(loc, msg, fix)]
     return []
+
+
+def _lexical(path: Path | str) -> str:
+    """Absolute and normalized, `~` expanded, symlinks not followed (as text)."""
+    return os.path.normpath(os.path.abspath(os.path.expanduser(os.fspath(path))))
+
+
+def _owns(path: str, roots: list[str], runs: str, scope: JobScope) -> bool | None:
+    """Whether `path` is the project's own: in the run of one of its jobs, or in its
+    directory of the innermost checkpoint root holding it (so a project named like the runs
+    dir, or like a root nested in another, gains nothing). None: no root holds it."""
+    holding = [top for top in (*roots, runs) if _first_below(path, top) is not None]
+    if not holding:
+        return None
+    top = max(holding, key=len)
+    entry = _first_below(path, top)
+    if not entry:  # the runs dir or a root itself: every project's
+        return False
+    return scope.owns_job(entry) if top == runs else entry == scope.project_dir
+
+
+def own_places_fix(roots: list[Path], runs_dir: Path, scope: JobScope) -> str:
+    """Where a job of the project may keep and restore checkpoints, as a fix."""
+    runs = _lexical(runs_dir)
+    tops = [_lexical(r) for r in roots if _lexical(r) != runs] if scope.project_dir else []
+    under = "".join(f" or under {top}/{scope.project_dir}/" for top in dict.fromkeys(tops))
+    return (
+        f"keep checkpoints in the job's run directory (a relative checkpoint_dir such as "
+        f"checkpoints/){under}; restore from there or with restore_from: {{job: <id>}} of a "
+        f"job of project {scope.project}"
+    )
+
+
+def owner_errors(
+    value: object, loc: str, roots: list[Path], runs_dir: Path, scope: JobScope | None
+) -> list[FieldError]:
+    """With a scope, a checkpoint path inside the roots must be the project's own, as written
+    and after symlinks. A path whose text names another project's part is refused before
+    anything is looked at; only a path whose text is the project's own is resolved (through
+    the links in it). Every refusal reads the same, so no answer tells what exists where.
+    Paths outside the roots are left to the roots check."""
+    if scope is None or not isinstance(value, str) or not value.strip() or "\x00" in value:
+        return []
+    tops, runs, path = [_lexical(r) for r in roots], _lexical(runs_dir), _lexical(value)
+    owned = _owns(path, tops, runs, scope)
+    if owned:
+        real_tops = [os.path.realpath(top) for top in tops]
+        owned = _owns(os.path.realpath(path), real_tops, os.path.realpath(runs), scope)
+    if owned is not False:
+        return []
+    msg = f"{value!r} is outside project {scope.project}'s checkpoint directories"
+    return [FieldError(loc, msg, own_places_fix(roots, runs_dir, scope))]
+
+
+def run_relative(
+    value: str, loc: str, roots: list[Path], runs_dir: Path, scope: JobScope
+) -> tuple[str | None, list[FieldError]]:
+    """A relative path a job writes, kept relative and normalized: the trainer puts it in
+    the job's run directory (`checkpoints/` is where checkpoints go by default). It may not
+    climb out with '..'."""
+    normal = os.path.normpath(value)
+    if normal == ".." or normal.startswith("../"):
+        msg = f"{value!r} climbs out of the job's run directory with '..'"
+        return None, [FieldError(loc, msg, own_places_fix(roots, runs_dir, scope))]
+    return normal, []
+
+
+def is_relative_path(value: object) -> bool:
+    """A non-empty path string that is relative (after `~` expansion)."""
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        return False
+    return not os.path.isabs(os.path.expanduser(value))
 
 
 def _step_names(root: Path) -> list[str]:
@@ -123,6 +211,11 @@ def resolve_restore_job(
         fix = "give the id of a job of this project (tuneyard jobs list, GET /v1/jobs)"
         return None, [FieldError(loc, f"no job {job} in project {scope.project}", fix)]
     root = checkpoints_of(runs_dir, job, scope)
+    # A job stored before checkpoints were the project's own may keep them in a directory
+    # other projects could write: nothing in it is read, so no answer tells what is there.
+    errors = owner_errors(str(root), loc, roots, runs_dir, scope)
+    if errors:
+        return None, errors
     if step is None:
         return _latest(root, job, roots)
     found = root / f"step_{step}"

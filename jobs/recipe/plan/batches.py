@@ -1,5 +1,6 @@
-"""Batch arithmetic: global = local x dp x grad accumulation, each given or derived once,
-and the sequence length a step's tokens are counted with.
+"""Batch arithmetic: global = local x dp x grad accumulation, each given or derived once
+(a derived size within the maximum a given one has), and the sequence length a step's
+tokens are counted with.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.recipe.errors import FieldError
+from jobs.recipe.load import limits
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ def resolve_batches(
         local = global_ // (dp * accum) if global_ and accum and global_ % (dp * accum) == 0 else 1
     if global_ is None:
         accum = accum or 1
-        return Batches(local, local * dp * accum, accum), []
+        return _within_maxima(Batches(local, local * dp * accum, accum), dp)
     per_step = local * dp
     if global_ % per_step:
         return None, [
@@ -61,16 +63,46 @@ def resolve_batches(
                 f"set step_scheduler.grad_accumulation_steps: {derived} or remove it",
             )
         ]
-    return Batches(local, global_, derived), []
+    return _within_maxima(Batches(local, global_, derived), dp)
+
+
+def _within_maxima(batches: Batches, dp: int) -> tuple[Batches | None, list[FieldError]]:
+    """A derived local or global batch past the maximum a given one has is refused where
+    it can be lowered: global = local x dp x accumulation."""
+    if batches.local > limits.MAX_LOCAL_BATCH:
+        most = limits.at_most(limits.MAX_LOCAL_BATCH)
+        return None, [
+            FieldError(
+                "dataloader.batch_size",
+                f"comes to {batches.local} (global / (dp {dp} x grad_accumulation_steps "
+                f"{batches.grad_accumulation_steps})); at most {most} per rank",
+                f"set dataloader.batch_size to at most {limits.MAX_LOCAL_BATCH}; grad "
+                "accumulation makes up the global batch",
+            )
+        ]
+    if batches.global_ > limits.MAX_GLOBAL_BATCH:
+        most = limits.at_most(limits.MAX_GLOBAL_BATCH)
+        return None, [
+            FieldError(
+                "step_scheduler.grad_accumulation_steps",
+                f"makes a global batch of {batches.global_} (local {batches.local} x dp {dp} x "
+                f"{batches.grad_accumulation_steps}); at most {most}",
+                "lower step_scheduler.grad_accumulation_steps or dataloader.batch_size",
+            )
+        ]
+    return batches, []
 
 
 def seq_length_of(recipe: dict[str, Any]) -> int | None:
+    """The pack size when packing, else the dataset's sequence length; None when unknown or
+    past `MAX_SEQ_LENGTH` (refused at its field: the plan multiplies nothing with it)."""
     packed = recipe.get("packed_sequence") or {}
-    if packed.get("enabled") and packed.get("packed_sequence_size"):
-        return int(packed["packed_sequence_size"])
     dataset = recipe.get("dataset") or {}
-    for key in ("max_seq_length", "seq_length"):
-        value = dataset.get(key)
+    if packed.get("enabled") and packed.get("packed_sequence_size"):
+        values = [packed["packed_sequence_size"]]
+    else:
+        values = [dataset.get("max_seq_length"), dataset.get("seq_length")]
+    for value in values:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+            return value if value <= limits.MAX_SEQ_LENGTH else None
     return None

@@ -10,6 +10,10 @@ hidden, heads, intermediate size, sequence length and micro-batch, and collapse 
 layer inputs under activation checkpointing. The constants below were fitted to measured
 CPU runs (`bench/bench_estimate.py`) and are stated in `basis`. Time is FLOPs per step over
 a throughput: the one learned from the queue's finished jobs, else `DEFAULT_FLOPS_PER_RANK`.
+Every figure is checked before it is stored: integers within `MAX_PLAN_NUMBER`, floats
+finite. The recipe's numbers and the model's sizes have maxima (`jobs.recipe.load.limits`)
+that keep a real job's figures far inside; past it there is no estimate, as for a config
+without sizes.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from jobs.recipe.load.limits import MAX_PLAN_NUMBER
 from jobs.recipe.plan.batches import seq_length_of
 from jobs.recipe.plan.flops import Weight, flops_breakdown, lora_params, model_weights
 from jobs.recipe.topology.setup import DistributedSetup
@@ -314,12 +319,12 @@ def build_estimate(
     except CONFIG_ERRORS:  # a config.json field of the wrong kind: no estimate, not a crash
         return None
     flops_per_step = per_token * int(plan.get("tokens_per_step") or 0)
-    learned = flops_per_rank is not None and flops_per_rank > 0
+    learned = flops_per_rank is not None and 0 < flops_per_rank < math.inf
     rate = flops_per_rank if learned else DEFAULT_FLOPS_PER_RANK.get(accelerator, 2e10)
     world = int(plan.get("world_size") or 1)
     step_seconds = flops_per_step / (rate * world)
     eta = step_seconds * int(plan.get("max_steps") or 0)
-    return {
+    estimate = {
         "memory_per_rank_bytes": memory_per_rank(inputs),
         "trainable_params": inputs.trainable,
         "flops_per_token": per_token,
@@ -329,6 +334,22 @@ def build_estimate(
         "device_hours": eta * world / 3600,
         "basis": _basis(inputs, rate, learned),
     }
+    return estimate if in_range(estimate) else None
+
+
+def in_range(value: Any) -> bool:
+    """Whether every number in `value` (nested dicts and lists) can be stored as it is:
+    integers within +-`MAX_PLAN_NUMBER` (exact in a float64, far inside int64), floats
+    finite. A figure past that is no estimate of a job that can run."""
+    if isinstance(value, dict):
+        return all(in_range(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return all(in_range(v) for v in value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return -MAX_PLAN_NUMBER <= value <= MAX_PLAN_NUMBER
 
 
 def _basis(x: EstimateInputs, rate: float, learned: bool) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from jobs.recipe.load.limits import MAX_MODEL_SIZES
+
 WeightKind = Literal["linear", "experts", "embedding", "vector"]
 
 
@@ -63,14 +65,13 @@ def _vector(name: str, size: int, count: int) -> Weight:
     return Weight(name, (size, 1), count, 0, "vector")
 
 
-MAX_SIZE, MAX_LAYERS = 1 << 40, 1 << 16  # beyond any model; a config past them is refused
-
-
-def size(config: Any, name: str, default: Any = None, limit: int = MAX_SIZE) -> int:
-    """A positive integer size field (ValueError when missing, not an integer, or absurd)."""
+def size(config: Any, name: str, default: Any = None) -> int:
+    """A positive integer size field within its `MAX_MODEL_SIZES` maximum (ValueError when
+    missing, not an integer, or past any model: such a config gets no count or estimate)."""
     value = cfg(config, name, default)
+    limit = MAX_MODEL_SIZES[name]
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit:
-        raise ValueError(f"config {name} must be a positive integer, got {value!r}")
+        raise ValueError(f"config {name} must be a positive integer <= {limit}, got {value!r}")
     return value
 
 
@@ -79,7 +80,7 @@ class Dims:
 
     def __init__(self, config: Any):
         self.hidden = size(config, "hidden_size")
-        self.layers = size(config, "num_hidden_layers", limit=MAX_LAYERS)
+        self.layers = size(config, "num_hidden_layers")
         self.heads = size(config, "num_attention_heads")
         self.kv_heads = size(config, "num_key_value_heads", self.heads)
         self.head_dim = size(config, "head_dim", max(1, self.hidden // self.heads))

@@ -6,7 +6,9 @@ them one token passes through (for MoE, the routed experts it visits). From that
 the exact parameter count the native class builds (`param_count`, tested against
 `sum(p.numel())` for every registered family), the LoRA adapter sizes (`lora_params`) and
 the FLOPs per token behind MFU and the plan's time estimate (`model_flops_per_token`).
-Architectures without a native class are counted as Llama-style (config arithmetic).
+Architectures without a native class are counted as Llama-style (config arithmetic). A
+config past the maxima of `jobs.recipe.load.limits` (its sizes, its parameter count) is
+refused with a ValueError: no count, as for a config that lacks the sizes.
 Validation imports this module without torch; it reads a transformers config or the same
 fields as a plain dict.
 """
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from jobs.recipe.load.limits import MAX_PARAM_COUNT
 from jobs.recipe.plan.family_weights import FAMILY_WEIGHTS, Weight, cfg, dense_weights
 from jobs.recipe.plan.windows import layer_sliding_window
 from models.registry import entry_for_model_type, get_entry
@@ -59,11 +62,23 @@ def model_weights(config: Any, family: str | None = None) -> list[Weight]:
     if kept is not None:
         return list(kept)
     build: Callable[[Any], list[Weight]] = FAMILY_WEIGHTS.get(family or "", dense_weights)
-    weights = build(config)
+    weights = _within_maxima(build(config))
     if key is not None:
         if len(_WEIGHTS) >= _WEIGHTS_KEPT:
             _WEIGHTS.clear()
         _WEIGHTS[key] = tuple(weights)
+    return weights
+
+
+def _within_maxima(weights: list[Weight]) -> list[Weight]:
+    """The list, unless a size is negative or the model (or what one token multiplies
+    through) is past `MAX_PARAM_COUNT`: ValueError, as for any config past its maxima."""
+    if any(min(*w.shape, w.count, w.per_token) < 0 for w in weights):
+        raise ValueError("config sizes must not be negative")
+    params = sum(w.total for w in weights)
+    active = sum(w.matmul_per_token for w in weights)
+    if max(params, active) > MAX_PARAM_COUNT:
+        raise ValueError(f"config has {max(params, active)} parameters; at most {MAX_PARAM_COUNT}")
     return weights
 
 

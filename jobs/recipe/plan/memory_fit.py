@@ -21,7 +21,7 @@ from jobs.recipe.errors import FieldError
 from jobs.recipe.plan.estimate import MEMORY_MARGIN, EstimateInputs, memory_per_rank
 
 UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+SIZE = re.compile(r"\A\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*\Z", re.IGNORECASE)
 ALL_LINEAR_LORA = {"dim": 8, "match_all_linear": True}
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from jobs.recipe.errors import FieldError
+from jobs.recipe.load.limits import MAX_STEPS, at_most
 from jobs.recipe.load.schema import BenchmarkSection
 from jobs.recipe.load.schema_errors import field_errors
 
@@ -76,7 +77,18 @@ def _derive_steps(section: dict[str, Any], schedule: dict[str, Any]) -> list[Fie
         msg = f"{max_steps} is not benchmark.warmup_steps + benchmark.measured_steps ({warmup} + "
         fix = f"set step_scheduler.max_steps: {warmup + measured}, or remove it"
         return [FieldError("step_scheduler.max_steps", f"{msg}{measured})", fix)]
-    return []
+    return _total_errors(warmup, section["measured_steps"])
+
+
+def _total_errors(warmup: int, measured: int) -> list[FieldError]:
+    """Each count is within MAX_STEPS; the run they make (max_steps) must be too."""
+    if warmup + measured <= MAX_STEPS:
+        return []
+    msg = f"makes {warmup + measured} steps with benchmark.warmup_steps {warmup}; at most "
+    fix = f"set benchmark.measured_steps to at most {max(1, MAX_STEPS - warmup)}"
+    if warmup >= MAX_STEPS:
+        fix = f"set benchmark.warmup_steps below {MAX_STEPS}, then {fix}"
+    return [FieldError("benchmark.measured_steps", f"{msg}{at_most(MAX_STEPS)}", fix)]
 
 
 def _benchmark_defaults(data: dict[str, Any], out: dict[str, Any]) -> list[FieldError]:

@@ -8,8 +8,9 @@ keyword is accepted here, used (`WANDB_USED`) or reported as ignored (`WANDB_IGN
 recipe (it is stored with the job and shown to its readers): they come from the worker's
 environment. Paths a tracker writes stay inside the job: a relative path is under the run
 directory (the trainer resolves it there), an absolute one must lie in the checkpoint
-roots. Each tracker is an optional package (`pip install 'tuneyard[wandb]'`):
-`TRACKER_PACKAGES` names its import name, and the job then requires it.
+roots and, for a job the server validates, in its project's own part of them. Each
+tracker is an optional package (`pip install 'tuneyard[wandb]'`): `TRACKER_PACKAGES` names
+its import name, and the job then requires it.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from jobs.recipe.errors import FieldError
 from jobs.recipe.load.schema_errors import field_errors
 from jobs.recipe.paths.roots import check_checkpoint_path
-from jobs.recipe.paths.scope import JobScope, confinement_errors
+from jobs.recipe.paths.scope import JobScope, owner_errors
 from jobs.recipe.settings import RecipeSettings
 
 TRACKER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
-RUN_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")  # W&B refuses '/', '\\', '#', '?', '%', ':'
+RUN_ID = re.compile(r"\A[A-Za-z0-9_.\-]{1,128}\Z")  # W&B refuses '/', '\\', '#', '?', '%', ':'
 
 # `wandb.init` keywords AutoModel forwards that tuneyard does not pass on, with why.
 WANDB_IGNORED: dict[str, str] = {
@@ -297,12 +298,12 @@ def _written_path(value: str, loc: str, rules: PathRules) -> tuple[str, list[Fie
         if normal == ".." or normal.startswith(f"..{os.sep}"):
             return value, [FieldError(loc, f"{value!r} escapes the run directory with '..'", fix)]
         return normal, []
-    roots = rules.settings.allowed_checkpoint_roots()
+    roots, runs = rules.settings.allowed_checkpoint_roots(), rules.settings.resolved_runs_dir
+    errors = owner_errors(str(raw), loc, roots, runs, rules.scope)  # with a scope: its own
+    if errors:
+        return value, errors
     check = check_checkpoint_path(str(raw), loc, roots, must_exist=False)
-    if check.path is None:
-        return value, check.errors
-    runs = rules.settings.resolved_runs_dir
-    return str(check.path), confinement_errors(check.path, loc, runs, rules.scope)
+    return (str(check.path) if check.path is not None else value), check.errors
 
 
 def tracker_packages(normalized: dict[str, Any]) -> set[str]:

@@ -1,5 +1,6 @@
 """Value rules of single sections: the optimizer's learning rate, the scheduler's bounds,
-PEFT, sequence packing and the dataset's numeric keywords.
+PEFT, sequence packing, the tokens of one micro-batch and the dataset's numeric keywords
+(each within its maximum in `jobs.recipe.load.limits`).
 """
 
 from __future__ import annotations
@@ -7,9 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.recipe.errors import FieldError
+from jobs.recipe.load import limits
 from jobs.recipe.load.plain import is_number
 from jobs.recipe.paths.data import DATASET_NAME_KEYS, spec_of
 from jobs.recipe.paths.roots import name_errors
+from jobs.recipe.plan.batches import seq_length_of
 
 
 def check_optimizer(optimizer: dict[str, Any]) -> list[FieldError]:
@@ -46,17 +49,9 @@ def check_lr_scheduler(
                 f"set lr_scheduler.min_lr <= {lr}",
             )
         )
-    if warmup is not None and (
-        not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0
-    ):
-        errors.append(
-            FieldError(
-                "lr_scheduler.warmup_steps",
-                f"must be an integer >= 0, got {warmup!r}",
-                "set lr_scheduler.warmup_steps: 0",
-            )
-        )
-    else:
+    errors += _step_count_errors(scheduler, "warmup_steps", 0)
+    errors += _step_count_errors(scheduler, "max_steps", 1)
+    if not any(e.loc.endswith(("warmup_steps", "max_steps")) for e in errors):
         limit = scheduler.get("max_steps") or max_steps
         if warmup is not None and isinstance(limit, int) and warmup > limit:
             errors.append(
@@ -67,6 +62,25 @@ def check_lr_scheduler(
                 )
             )
     return errors
+
+
+def _step_count_errors(scheduler: dict[str, Any], key: str, low: int) -> list[FieldError]:
+    """A scheduler's step count: an integer from `low` to `MAX_STEPS`, or absent."""
+    value = scheduler.get(key)
+    if value is None or _count_in(value, low, limits.MAX_STEPS):
+        return []
+    return [
+        FieldError(
+            f"lr_scheduler.{key}",
+            f"must be an integer from {low} to at most {limits.at_most(limits.MAX_STEPS)}, "
+            f"got {value!r}",
+            f"set lr_scheduler.{key} to an integer from {low} to {limits.MAX_STEPS}",
+        )
+    ]
+
+
+def _count_in(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def check_peft(peft: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[FieldError]]:
@@ -109,7 +123,8 @@ def check_packing(
                 )
             ]
         packed["packed_sequence_size"] = seq
-    errors = [
+    errors = micro_batch_errors(packed, dataset, (loaders or {}).get("dataloader"))
+    errors += [
         FieldError(
             f"{name}.collate_fn",
             "packed_sequence_thd_collater collates packed rows, but packing is off",
@@ -122,30 +137,51 @@ def check_packing(
     return packed, errors
 
 
-_POSITIVE_DATASET_KWARGS = (
-    "max_seq_length",
-    "seq_length",
-    "limit_dataset_samples",
-    "num_samples",
-    "vocab_size",
-)
+def micro_batch_errors(
+    packed: dict[str, Any], dataset: dict[str, Any], loader: dict[str, Any] | None
+) -> list[FieldError]:
+    """One rank's micro-batch (the loader's batch size, which the batch arithmetic has
+    resolved, x the row length the plan counts) within `MAX_MICRO_BATCH_TOKENS`: the
+    activation estimate multiplies it with the model's widths and depth."""
+    rows = (loader or {}).get("batch_size")
+    length = seq_length_of({"packed_sequence": packed, "dataset": dataset})
+    if not isinstance(rows, int) or not length or rows * length <= limits.MAX_MICRO_BATCH_TOKENS:
+        return []
+    most = max(1, limits.MAX_MICRO_BATCH_TOKENS // length)
+    return [
+        FieldError(
+            "dataloader.batch_size",
+            f"{rows} rows of {length} tokens make {rows * length} tokens per micro-batch; at "
+            f"most {limits.at_most(limits.MAX_MICRO_BATCH_TOKENS)} are accepted",
+            f"set dataloader.batch_size to at most {most} (step_scheduler.global_batch_size "
+            "stays, with more grad accumulation), or shorten the sequences",
+        )
+    ]
 
 
-DATASET_NUMBER_KEYS = (*_POSITIVE_DATASET_KWARGS, "seed")  # seed: any integer
+# Numeric keywords of a dataset section: each a positive integer up to its maximum.
+_DATASET_MAXIMA = {
+    "max_seq_length": limits.MAX_SEQ_LENGTH,
+    "seq_length": limits.MAX_SEQ_LENGTH,
+    "limit_dataset_samples": limits.MAX_DATASET_SAMPLES,
+    "num_samples": limits.MAX_DATASET_SAMPLES,
+    "vocab_size": limits.MAX_VOCAB_SIZE,
+}
+
+
+DATASET_NUMBER_KEYS = (*_DATASET_MAXIMA, "seed")  # seed: any integer
 
 
 def check_dataset_values(section: dict[str, Any], loc: str) -> list[FieldError]:
     errors = []
-    for key in _POSITIVE_DATASET_KWARGS:
+    for key, most in _DATASET_MAXIMA.items():
         value = section.get(key)
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value <= 0
-        ):
+        if value is not None and not _count_in(value, 1, most):
             errors.append(
                 FieldError(
                     f"{loc}.{key}",
-                    f"must be a positive integer, got {value!r}",
-                    f"set {loc}.{key} to a positive integer",
+                    f"must be a positive integer of at most {limits.at_most(most)}, got {value!r}",
+                    f"set {loc}.{key} to a positive integer <= {most}",
                 )
             )
     spec = spec_of(section)

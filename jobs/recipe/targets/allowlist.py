@@ -6,7 +6,9 @@ recipe's `TargetCall`). Only names in `TARGETS` resolve:
 tuneyard's own builders, `torch.optim` optimizers and LR schedulers, torch loss modules,
 and the `nemo_automodel.*` names seed recipes use, as aliases of ours. Each `TargetSpec`
 lists the keyword names a recipe may give (`params`, static so validation needs no torch)
-and the ones the trainer supplies at run time (`injected`). Anything else (`os.system`,
+and the ones the trainer supplies at run time (`injected`); a model or config loader's other
+keywords are config overrides, never transformers' loader options
+(`jobs.recipe.targets.loader_kwargs`). Anything else (`os.system`,
 `pickle.loads`, `file.py:attr`, private attributes) is refused at `<section>._target_`
 and never imported.
 """
@@ -22,6 +24,7 @@ from pydantic import ValidationError
 from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean
 from jobs.recipe.load.plain import LEAVES
 from jobs.recipe.load.schema_errors import field_errors
+from jobs.recipe.targets.loader_kwargs import override_keyword_errors
 from jobs.recipe.targets.table import CANONICAL, KWARG_SYNONYMS, TARGETS, TargetSpec
 from jobs.recipe.typed import TargetCall
 
@@ -160,6 +163,7 @@ def check_target_section(section: object, loc: str) -> tuple[TargetSpec | None, 
     kwargs = {k: v for k, v in section.items() if k != "_target_"}
     if spec.params is not None:
         errors += _check_kwargs(spec, kwargs, loc)
+    errors += override_keyword_errors(spec, kwargs, loc)
     errors += _value_errors(spec, kwargs, loc)
     for key, value in kwargs.items():
         errors += _nested_errors(spec, key, value, f"{loc}.{key}")

@@ -41,8 +41,9 @@ class TargetSpec:
     ignored: Mapping[str, str] = field(default_factory=dict, compare=False)
     # A warning every use of the callable gets (a kernel replaced by an equivalent).
     always_warn: str = ""
-    # Keywords beyond `params` are overrides of the model config's attributes, checked
-    # against the config where it is readable at submit (`jobs.recipe.model.overrides`).
+    # Keywords beyond `params` are overrides of the model config's attributes: never a
+    # transformers loader option, always an attribute's name (`targets.loader_kwargs`), and
+    # checked against the config where it is readable at submit (`model.overrides`).
     overrides: bool = False
 
 

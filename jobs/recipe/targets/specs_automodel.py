@@ -94,7 +94,8 @@ _CONFIGS = [
         "transformers.AutoConfig.from_pretrained",
         "models.auto:auto_config",
         "config",
-        None,  # besides the path: config attribute overrides, checked against the config
+        # Besides the path: config attribute overrides (`jobs.recipe.targets.loader_kwargs`).
+        ("pretrained_model_name_or_path",),
         required=("pretrained_model_name_or_path",),
         paths=("pretrained_model_name_or_path",),
         overrides=True,

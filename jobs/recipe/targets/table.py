@@ -144,7 +144,8 @@ _OWN_SPECS = [
         "tuneyard.models.AutoModelForCausalLM.from_pretrained",
         "models.auto:AutoModelForCausalLM.from_pretrained",
         "model",
-        ("pretrained_model_name_or_path", *_MODEL_COMMON, "trust_remote_code"),
+        # `use_safetensors`: the one transformers loader option taken (`loader_kwargs`).
+        ("pretrained_model_name_or_path", *_MODEL_COMMON, "trust_remote_code", "use_safetensors"),
         required=("pretrained_model_name_or_path",),
         values=KernelValues,
         overrides=True,
@@ -153,7 +154,7 @@ _OWN_SPECS = [
         "tuneyard.models.AutoModelForCausalLM.from_config",
         "models.auto:AutoModelForCausalLM.from_config",
         "model",
-        ("config", *_MODEL_COMMON),
+        ("config", *_MODEL_COMMON, "trust_remote_code"),
         required=("config",),
         nested={"config": ("config",)},
         values=KernelValues,

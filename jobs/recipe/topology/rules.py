@@ -2,7 +2,8 @@
 
 `check_topology` runs them all for a strategy name, the requested `ParallelismSizes` and
 the world size, and returns the resolved data-parallel size and every broken rule as a
-`FieldError` at its `distributed.*` field, with the YAML that fixes it.
+`FieldError` at its `distributed.*` field, with the YAML that fixes it. Every size and the
+world size stay within `MAX_PARALLEL_SIZE` and `MAX_WORLD_SIZE` (`jobs.recipe.load.limits`).
 `jobs.recipe.topology.setup.DistributedSetup.build` calls it; so does recipe validation.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jobs.recipe.errors import FieldError
+from jobs.recipe.load.limits import MAX_PARALLEL_SIZE, MAX_WORLD_SIZE, at_most
 
 LOC = "distributed"
 SIZE_FIELDS = ("dp_size", "dp_replicate_size", "tp_size", "pp_size", "cp_size", "ep_size")
@@ -48,7 +50,28 @@ def size_errors(sizes: ParallelismSizes) -> list[FieldError]:
                     f"set {LOC}.{name}: {'auto' if extra else 1}",
                 )
             )
+        elif value > MAX_PARALLEL_SIZE:
+            errors.append(
+                _err(
+                    name,
+                    f"is {value}; at most {at_most(MAX_PARALLEL_SIZE)} ranks are accepted",
+                    f"set {LOC}.{name} to at most {MAX_PARALLEL_SIZE}",
+                )
+            )
     return errors
+
+
+def world_errors(world: int) -> list[FieldError]:
+    """The world size (nnodes x nproc_per_node) within `MAX_WORLD_SIZE` ranks."""
+    if world <= MAX_WORLD_SIZE:
+        return []
+    return [
+        FieldError(
+            "resources.nnodes",
+            f"nnodes x nproc_per_node = {world} ranks; at most {at_most(MAX_WORLD_SIZE)}",
+            f"use at most {MAX_WORLD_SIZE} ranks in all",
+        )
+    ]
 
 
 def resolve_dp(sizes: ParallelismSizes, world: int) -> tuple[int | None, list[FieldError]]:
@@ -198,7 +221,7 @@ def check_topology(
     sequence_parallel: bool = False,
 ) -> tuple[int | None, list[FieldError]]:
     """Every topology rule at once; returns (resolved dp or None, errors)."""
-    errors = size_errors(sizes)
+    errors = size_errors(sizes) + world_errors(world)
     errors += activation_checkpointing_errors(strategy, activation_checkpointing)
     errors += companion_errors(
         sizes,
@@ -206,7 +229,7 @@ def check_topology(
         moe_given=moe_given,
         sequence_parallel=sequence_parallel,
     )
-    if any(e.loc.endswith("_size") for e in errors):
+    if any(e.loc.endswith("_size") or e.loc.startswith("resources") for e in errors):
         return None, errors
     dp, dp_errors = resolve_dp(sizes, world)
     return dp, errors + dp_errors + strategy_errors(strategy, sizes, dp)

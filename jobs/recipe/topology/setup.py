@@ -15,12 +15,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from functools import cache
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, PositiveInt, TypeAdapter, ValidationError, field_validator
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean
+from jobs.recipe.load import limits
 from jobs.recipe.load.plain import field_names
 from jobs.recipe.load.schema_errors import field_errors
 from jobs.recipe.topology.rules import ParallelismSizes, check_topology
@@ -36,6 +37,10 @@ STRATEGY_NAMES = {
 AC_SCOPES = ("all", "language", "vision", "audio", "multimodal")
 Dtype = Literal["float32", "bfloat16", "float16"]
 _STRICT = ConfigDict(extra="forbid", defer_build=True)
+# Counts of layers (prefetch depths, layers per pipeline stage) and of samples (a pipeline
+# micro-batch), within what a model has and a rank's micro-batch holds.
+LayerCount = Annotated[int, Field(gt=0, le=limits.MAX_MODEL_SIZES["num_hidden_layers"])]
+MicroBatch = Annotated[int, Field(gt=0, le=limits.MAX_LOCAL_BATCH)]
 
 
 class DistributedSetupInvalid(RecipeInvalid, ValueError):
@@ -86,8 +91,8 @@ class FSDP2Config:
     enable_async_tensor_parallel: bool = False
     enable_compile: bool = False
     enable_fsdp2_prefetch: bool = False
-    fsdp2_backward_prefetch_depth: PositiveInt = 2
-    fsdp2_forward_prefetch_depth: PositiveInt = 1
+    fsdp2_backward_prefetch_depth: LayerCount = 2
+    fsdp2_forward_prefetch_depth: LayerCount = 1
     patch_is_packed_sequence: bool = False
 
     @field_validator("activation_checkpointing_scope", mode="before")
@@ -116,7 +121,7 @@ class DDPConfig:
     broadcast_buffers: bool = False
     find_unused_parameters: bool = False
     static_graph: bool = False
-    bucket_cap_mb: float | None = None
+    bucket_cap_mb: Annotated[float, Field(le=limits.MAX_BUCKET_CAP_MB)] | None = None
     gradient_as_bucket_view: bool = False
     autocast_dtype: Dtype | None = None
 
@@ -139,8 +144,8 @@ class PipelineConfig:
         "zbvzerobubble",
         "dualpipev",
     ] = "1f1b"
-    pp_microbatch_size: PositiveInt = 1
-    layers_per_stage: PositiveInt | None = None
+    pp_microbatch_size: MicroBatch = 1
+    layers_per_stage: LayerCount | None = None
     scale_grads_in_schedule: bool = False
     # AutoModel's stage-splitting and patching switches (read with pp_size > 1 only)
     round_virtual_stages_to_pp_multiple: Literal["up", "down"] | None = None

@@ -1,5 +1,7 @@
 """Extreme numbers anywhere a recipe (or the request around it) carries one: every submit
-answers 201 or 422, never a 5xx, and each 201 stores exactly one job, each 422 none.
+answers 201 or 422, never a 5xx, and each 201 stores exactly one job, each 422 none. The
+counts the plan multiplies (steps, batches, sequence length, LoRA rank, parallel sizes)
+have realistic maxima (`jobs.recipe.load.limits`), so every extreme value there is a 422.
 
 The fields are every numeric field of the fixed sections (read from the schema, so a new
 one is covered without editing this file), the numeric keywords of the target sections a
@@ -58,7 +60,37 @@ TARGET_NUMBERS = [
     ("distributed", "ep_size"),
     ("distributed", "dp_size"),
     ("distributed", "dp_replicate_size"),
+    ("distributed", "fsdp2_backward_prefetch_depth"),
+    ("distributed", "fsdp2_forward_prefetch_depth"),
+    ("distributed", "pipeline", "pp_microbatch_size"),
+    ("distributed", "pipeline", "layers_per_stage"),
+    ("restore_from", "step"),
 ]
+# Counts the plan multiplies, none of whose extremes is realistic: each value is a 422.
+# (The parallel sizes are too, but one rank refuses any size past 1 already.)
+PLAN_COUNTS = [
+    ("step_scheduler", "max_steps"),
+    ("step_scheduler", "num_epochs"),
+    ("step_scheduler", "global_batch_size"),
+    ("step_scheduler", "local_batch_size"),
+    ("step_scheduler", "grad_accumulation_steps"),
+    ("step_scheduler", "val_check_interval"),
+    ("step_scheduler", "checkpoint_interval"),
+    ("step_scheduler", "log_interval"),
+    ("dataloader", "batch_size"),
+    ("validation_dataloader", "batch_size"),
+    ("dataset", "max_seq_length"),
+    ("peft", "dim"),
+    ("lr_scheduler", "max_steps"),
+]
+# The batch sizes a given one must agree with, left out (derived) so that only its own
+# value can refuse it.
+DERIVED = {
+    ("step_scheduler", "local_batch_size"): [("step_scheduler", "global_batch_size"),
+                                             ("dataloader", "batch_size")],
+    ("step_scheduler", "grad_accumulation_steps"): [("step_scheduler", "global_batch_size")],
+    ("dataloader", "batch_size"): [("step_scheduler", "global_batch_size")],
+}  # fmt: skip
 REQUEST_NUMBERS = [
     ("resources", "nnodes"),
     ("resources", "nproc_per_node"),
@@ -90,10 +122,14 @@ FIELDS = schema_numbers() + TARGET_NUMBERS
 def _recipe_with(recipe: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
     recipe = copy.deepcopy(recipe)
     recipe.setdefault("lr_scheduler", dict(SCHEDULER))
-    section = recipe.setdefault(path[0], {})
+    if path == ("restore_from", "step"):  # a step goes with the job it names
+        recipe["restore_from"] = {"job": "some-run"}
+    section = recipe
+    for key in path[:-1]:
+        section = section.setdefault(key, {})
     if path == ("optimizer", "betas"):
         value = [value, 0.999]
-    section[path[1]] = value
+    section[path[-1]] = value
     return recipe
 
 
@@ -125,6 +161,7 @@ def test_the_schema_fields_are_found():
     """The walk of the schema sees the numeric fields (a broken walk would test nothing)."""
     assert {("step_scheduler", "max_steps"), ("peft", "dim"), ("peft", "alpha")} <= set(FIELDS)
     assert ("checkpoint", "enabled") not in FIELDS  # a bool is not a number field
+    assert set(PLAN_COUNTS) <= set(FIELDS)  # each is also driven through the 201-or-422 test
 
 
 @pytest.mark.parametrize("path", FIELDS, ids=".".join)
@@ -132,6 +169,16 @@ def test_extreme_numbers_in_a_recipe_answer_201_or_422(client, stack, body, path
     bodies = [{**body, "recipe": _recipe_with(body["recipe"], path, v)} for v in EXTREMES]
     statuses = _submit_all(client, stack, bodies)
     assert statuses[422] >= 1  # at least the values past int64 are refused
+
+
+@pytest.mark.parametrize("path", PLAN_COUNTS, ids=".".join)
+def test_extreme_plan_counts_answer_422(client, stack, body, path):
+    """Zero, negatives, past the maximum, not an integer: none is a count a job can run."""
+    recipe = copy.deepcopy(body["recipe"])
+    for section, key in DERIVED.get(path, []):
+        del recipe[section][key]
+    bodies = [{**body, "recipe": _recipe_with(recipe, path, v)} for v in EXTREMES]
+    assert _submit_all(client, stack, bodies) == Counter({422: len(EXTREMES)})
 
 
 @pytest.mark.parametrize("path", FIELDS[::3], ids=".".join)

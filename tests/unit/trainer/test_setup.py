@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from jobs.recipe.typed import StepScheduler
-from trainer.setup import _data_position, steps_to_run
+from jobs.recipe.typed import Checkpoint, StepScheduler
+from trainer.setup import _checkpoint_manager, _data_position, steps_to_run
 
 
 def schedule(max_steps, num_epochs, grad_acc=1) -> StepScheduler:
@@ -38,3 +39,14 @@ def test_data_position_is_rescaled_when_dp_size_changes() -> None:
     state = {"data": {"epoch": 1, "batches_done": 6}, "dp_size": 2}
     assert _data_position(state, 2) == {"epoch": 1, "batches_done": 6}
     assert _data_position(state, 4) == {"epoch": 1, "batches_done": 3}
+
+
+@pytest.mark.parametrize("given", ["checkpoints", "own/ckpt"])
+def test_a_relative_checkpoint_dir_is_under_the_run_directory(tmp_path: Path, given) -> None:
+    """The server keeps a relative checkpoint_dir relative: it names a place in the run."""
+    spec = Checkpoint(True, given, None, True, "safetensors", True)
+    env = SimpleNamespace(is_rank0=True)
+    assert _checkpoint_manager(spec, tmp_path / "run", env).root == tmp_path / "run" / given
+    elsewhere = tmp_path / "ckpt" / "project" / "x"
+    spec = Checkpoint(True, str(elsewhere), None, True, "safetensors", True)
+    assert _checkpoint_manager(spec, tmp_path / "run", env).root == elsewhere

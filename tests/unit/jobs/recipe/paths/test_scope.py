@@ -102,7 +102,7 @@ def test_restore_from_a_job_without_a_step_is_its_latest(scoped, recipe, runs):
 
 
 def test_restore_from_a_job_uses_its_own_checkpoint_dir(scoped, recipe, runs, ckpt_root):
-    own = ckpt_root / "mine"
+    own = ckpt_root / "alpha" / "mine"  # in the project's own directory of the root
     (own / "step_3").mkdir(parents=True)
     (own / "LATEST").write_text("step_3")
     scope = JobScope("alpha", lambda job: job == OURS, lambda job: str(own))
@@ -154,3 +154,134 @@ def test_restore_from_a_job_needs_the_server(validate, recipe, runs):
 def test_restore_from_form_errors(scoped, recipe, runs, value, loc):
     recipe["restore_from"] = value
     error_at(scoped(recipe), loc)
+
+
+# --- a project's own part of the checkpoint roots (issue 28) -------------------------------
+
+
+def _refusals(result):
+    return [(e.loc, e.msg, e.fix) for e in result.errors]
+
+
+def test_a_projects_subtree_is_its_own_and_no_other_projects(scoped, recipe, ckpt_root):
+    recipe["checkpoint"] = {"checkpoint_dir": str(ckpt_root / "alpha" / "x")}
+    result = scoped(recipe)
+    assert result.valid, result.errors
+    assert result.recipe["checkpoint"]["checkpoint_dir"] == str(ckpt_root / "alpha" / "x")
+    for elsewhere in ("beta/x", "x", "alpha-two/x", "alpha/../beta"):
+        recipe["checkpoint"] = {"checkpoint_dir": str(ckpt_root / elsewhere)}
+        assert "alpha" in error_at(scoped(recipe), "checkpoint.checkpoint_dir").msg
+    recipe["checkpoint"] = {"checkpoint_dir": str(ckpt_root)}  # the root is everyone's
+    error_at(scoped(recipe), "checkpoint.checkpoint_dir")
+
+
+def test_another_projects_step_gets_one_answer_whether_it_exists_or_not(scoped, recipe, ckpt_root):
+    recipe["restore_from"] = {"path": str(ckpt_root / "beta" / "run" / "step_1")}
+    before = _refusals(scoped(recipe))
+    (ckpt_root / "beta" / "run" / "step_1").mkdir(parents=True)
+    (ckpt_root / "beta" / "run" / "step_1" / "trainer_state.json").write_text("{}")
+    assert _refusals(scoped(recipe)) == before
+    assert [loc for loc, _, _ in before] == ["restore_from.path"]
+
+
+def test_another_projects_run_gets_one_answer_whether_it_exists_or_not(scoped, recipe, runs):
+    recipe["restore_from"] = {"path": str(runs / THEIRS / "checkpoints" / "step_7")}
+    before = _refusals(scoped(recipe))
+    (runs / THEIRS / "checkpoints" / "step_7").mkdir()
+    assert _refusals(scoped(recipe)) == before
+    recipe["restore_from"] = {"path": str(runs / THEIRS / "checkpoints" / "step_5")}
+    assert [m for _, m, _ in before] == [
+        m.replace("step_5", "step_7") for _, m, _ in _refusals(scoped(recipe))
+    ]
+
+
+def test_a_symlink_from_the_subtree_into_another_is_refused(scoped, recipe, ckpt_root):
+    (ckpt_root / "alpha").mkdir()
+    link = ckpt_root / "alpha" / "link"
+    link.symlink_to(ckpt_root / "beta" / "run", target_is_directory=True)
+    recipe["restore_from"] = {"path": str(link / "step_1")}
+    restore_before = _refusals(scoped(recipe))
+    recipe["restore_from"] = None
+    recipe["checkpoint"] = {"checkpoint_dir": str(link)}
+    write_before = _refusals(scoped(recipe))
+    (ckpt_root / "beta" / "run" / "step_1").mkdir(parents=True)
+    assert _refusals(scoped(recipe)) == write_before
+    recipe["checkpoint"] = None
+    recipe["restore_from"] = {"path": str(link / "step_1")}
+    assert _refusals(scoped(recipe)) == restore_before
+    assert [loc for loc, _, _ in restore_before + write_before] == [
+        "restore_from.path",
+        "checkpoint.checkpoint_dir",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"), [("checkpoints/", "checkpoints"), ("a/../b", "b"), ("./c/d", "c/d")]
+)
+def test_a_relative_checkpoint_dir_is_kept_for_the_run_directory(
+    scoped, validate, recipe, ckpt_root, monkeypatch, value, kept
+):
+    recipe["checkpoint"] = {"checkpoint_dir": value}
+    result = scoped(recipe)
+    assert result.valid, result.errors
+    assert result.recipe["checkpoint"]["checkpoint_dir"] == kept
+    monkeypatch.chdir(ckpt_root)  # without a scope: the working directory, as before
+    assert validate(recipe).recipe["checkpoint"]["checkpoint_dir"] == str(ckpt_root / kept)
+
+
+@pytest.mark.parametrize("value", ["..", "../x", "a/../../x"])
+def test_a_relative_checkpoint_dir_cannot_climb_out_of_the_run(scoped, recipe, value):
+    recipe["checkpoint"] = {"checkpoint_dir": value}
+    assert "run directory" in error_at(scoped(recipe), "checkpoint.checkpoint_dir").msg
+
+
+@pytest.mark.parametrize("project", ["alpha/beta", "alpha/..", "", " alpha"])
+def test_a_project_name_that_is_no_directory_name_has_no_subtree(
+    settings, recipe, ckpt_root, project
+):
+    scope = JobScope(project=project, owns_job=lambda job: False)
+    recipe["checkpoint"] = {"checkpoint_dir": str(ckpt_root / project / "x")}
+    result = validate_job(copy.deepcopy(recipe), settings=settings, scope=scope)
+    error_at(result, "checkpoint.checkpoint_dir")
+
+
+def test_a_project_named_like_the_runs_dir_owns_no_run(settings, recipe, ckpt_root, runs):
+    scope = JobScope(project="runs", owns_job=lambda job: False)  # runs dir: <ckpt_root>/runs
+    for path in (runs / THEIRS / "checkpoints", runs / "x", ckpt_root / "beta"):
+        recipe["checkpoint"] = {"checkpoint_dir": str(path)}
+        result = validate_job(copy.deepcopy(recipe), settings=settings, scope=scope)
+        assert "runs" in error_at(result, "checkpoint.checkpoint_dir").msg
+
+
+def test_a_job_that_kept_checkpoints_outside_its_subtree_is_not_read(scoped, recipe, ckpt_root):
+    """A job stored before issue 28 may keep a shared directory: its LATEST and steps may be
+    another project's, so restoring from it by id is refused before anything there is read."""
+    legacy = ckpt_root / "legacy"
+    scope = JobScope("alpha", lambda job: job == OURS, lambda job: str(legacy))
+    recipe["restore_from"] = {"job": OURS}
+    before = _refusals(scoped(recipe, scope))
+    publish = legacy / "step_3"
+    publish.mkdir(parents=True)
+    (legacy / "LATEST").write_text("step_3")
+    assert _refusals(scoped(recipe, scope)) == before
+    assert [loc for loc, _, _ in before] == ["restore_from.job"]
+
+
+def test_restore_from_a_job_with_a_run_relative_checkpoint_dir(scoped, recipe, runs):
+    (runs / OURS / "own" / "step_4").mkdir(parents=True)
+    scope = JobScope("alpha", lambda job: job == OURS, lambda job: "own")
+    recipe["restore_from"] = {"job": OURS, "step": 4}
+    result = scoped(recipe, scope)
+    assert result.valid, result.errors
+    assert result.recipe["restore_from"] == {"path": str(runs / OURS / "own" / "step_4")}
+
+
+def test_tracker_paths_stay_in_the_projects_subtree(scoped, recipe, ckpt_root):
+    recipe["wandb"] = {"dir": str(ckpt_root / "alpha" / "wandb"), "mode": "offline"}
+    result = scoped(recipe)
+    assert result.valid, result.errors
+    recipe["wandb"] = {"dir": str(ckpt_root / "beta" / "wandb"), "mode": "offline"}
+    assert "alpha" in error_at(scoped(recipe), "wandb.dir").msg
+    recipe["wandb"] = None
+    recipe["mlflow"] = {"tracking_uri": f"file:{ckpt_root / 'beta' / 'mlruns'}"}
+    error_at(scoped(recipe), "mlflow.tracking_uri")

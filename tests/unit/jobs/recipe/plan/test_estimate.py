@@ -4,11 +4,13 @@ recipe that cannot fit its device, with the ranked fixes, each re-estimated."""
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import pytest
 from recipe_asserts import error_at, write_model_dir
 
+from jobs.recipe.load import limits as lim
 from jobs.recipe.plan import estimate as est
 from jobs.recipe.plan.flops import model_flops_per_token, param_count
 from jobs.recipe.plan.memory_fit import parse_memory_size
@@ -178,3 +180,73 @@ def test_config_fields_of_the_wrong_kind_give_no_estimate(settings, recipe, data
 )  # fmt: skip
 def test_parse_memory_size(text, value):
     assert parse_memory_size(text) == value
+
+
+# Within every size maximum of load.limits, but 4096 layers: the activations of a micro-batch
+# of 2**24 tokens come to about 2**55 bytes, past what the plan stores exactly.
+DEEP = {**MEDIUM, "hidden_size": 4096, "intermediate_size": 16384, "num_hidden_layers": 4096,
+        "num_attention_heads": 32, "num_key_value_heads": 8}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "past",
+    [{"hidden_size": lim.MAX_MODEL_SIZES["hidden_size"] + 1},
+     {"num_hidden_layers": lim.MAX_MODEL_SIZES["num_hidden_layers"] + 1},
+     {"vocab_size": lim.MAX_VOCAB_SIZE + 1},
+     {"intermediate_size": lim.MAX_MODEL_SIZES["intermediate_size"] + 1},
+     # each size within its maximum, together past MAX_PARAM_COUNT
+     {"hidden_size": 2**17, "intermediate_size": 2**20, "num_hidden_layers": 2**12}],
+)  # fmt: skip
+def test_a_model_config_past_its_maxima_gets_no_estimate(settings, medium, data_root, past):
+    """As for a config without sizes: nothing the plan would store is computed from it."""
+    path = write_model_dir(data_root / "past", {**MEDIUM, **past})
+    medium["model"]["pretrained_model_name_or_path"] = str(path)
+    result = validate_job(medium, (), None, settings)
+    assert result.valid, [str(e) for e in result.errors]
+    assert result.plan["param_count"] is None and result.plan["estimate"] is None
+    with pytest.raises(ValueError):
+        param_count({**MEDIUM, **past})
+
+
+def test_a_model_config_override_past_its_maxima_gets_no_estimate(settings, medium):
+    """`from_config` with a config override: the sizes the trainer would build."""
+    medium["model"]["_target_"] = "tuneyard.models.AutoModelForCausalLM.from_config"
+    medium["model"]["config"] = medium["model"].pop("pretrained_model_name_or_path")
+    medium["model"]["hidden_size"] = lim.MAX_MODEL_SIZES["hidden_size"] + 256
+    result = validate_job(medium, (), None, settings)
+    assert result.plan["estimate"] is None and result.plan["param_count"] is None
+
+
+def test_an_estimate_past_exact_integers_is_not_stored(settings, medium, data_root):
+    """Each number within its maximum, their product is not: no estimate rather than one
+    whose integers JSON clients (and int64 columns, further on) cannot hold."""
+    path = write_model_dir(data_root / "deep", DEEP)
+    medium["model"]["pretrained_model_name_or_path"] = str(path)
+    medium["dataloader"]["batch_size"] = 2**8
+    medium["dataset"]["max_seq_length"] = 2**16
+    medium["step_scheduler"]["global_batch_size"] = 2**8
+    result = validate_job(medium, (), None, settings)
+    assert result.valid, [str(e) for e in result.errors]
+    assert result.plan["param_count"] == param_count(DEEP) <= lim.MAX_PARAM_COUNT
+    assert result.plan["estimate"] is None
+    medium["dataloader"]["batch_size"] = 2  # 2**17 tokens per micro-batch: an estimate
+    medium["step_scheduler"]["global_batch_size"] = 2
+    assert est.in_range(validate_job(medium, (), None, settings).plan["estimate"])
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [(2**53, True), (-(2**53), True), (2**53 + 1, False), (2**63, False), (1e300, True),
+     (math.inf, False), (-math.inf, False), (math.nan, False), (True, True), ("x", True),
+     ({"a": [1, {"b": 2**60}]}, False), ({"a": [1.5, {"b": None}]}, True)],
+)  # fmt: skip
+def test_in_range_means_exact_integers_and_finite_floats(value, ok):
+    assert est.in_range(value) is ok
+
+
+def test_an_infinite_learned_throughput_is_not_used(settings, medium):
+    """Not a rate a queue measured: the default stands, and no step takes zero seconds."""
+    result = validate_job(medium, (), None, settings, flops_per_rank=math.inf)
+    estimate = result.plan["estimate"]
+    assert estimate["basis"]["throughput"] == "default"
+    assert est.in_range(estimate) and estimate["step_seconds"] > 0

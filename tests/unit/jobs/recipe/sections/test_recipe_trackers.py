@@ -203,7 +203,7 @@ def test_with_a_scope_a_path_in_another_projects_run_is_refused(ckpt_root, tmp_p
         assert bool(errors) is refused, errors
         assert (out["wandb"] is None) is refused
     errors = check_trackers({"wandb": {"dir": str(ckpt_root / "runs")}}, {}, settings, scope)
-    assert "runs directory of every project" in errors[0].msg
+    assert "outside project mine's checkpoint directories" in errors[0].msg
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import pytest
 from recipe_asserts import TINY_LLAMA_CONFIG, error_at, write_model_dir
 
-from jobs.recipe.model.config import NATIVE_ROPE_TYPES
 from models.registry import capabilities_for
 
 CP = {"cp_size": 2}
@@ -136,9 +135,3 @@ def test_a_qwen2_config_with_its_window_off_is_accepted(validate, recipe, data_r
     _with_config(recipe, data_root, "qwen2", use_sliding_window=False, sliding_window=8, **config)
     recipe["distributed"].update(CP)
     assert validate(recipe, nproc_per_node=2).valid
-
-
-def test_native_rope_types_match_the_native_rope():
-    from models.common.rope import SUPPORTED_ROPE_TYPES
-
-    assert NATIVE_ROPE_TYPES == SUPPORTED_ROPE_TYPES
