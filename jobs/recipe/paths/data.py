@@ -13,10 +13,16 @@ from jobs.recipe.errors import FieldError
 from jobs.recipe.load.plain import is_number
 from jobs.recipe.model.hub import offline_errors
 from jobs.recipe.paths.forms import check_file_set
-from jobs.recipe.paths.roots import PathCheck, check_checkpoint_path, check_data_path
+from jobs.recipe.paths.roots import (
+    PathCheck,
+    check_checkpoint_path,
+    check_data_path,
+    is_hub_name,
+)
 from jobs.recipe.paths.scope import (
     JobScope,
     confinement_errors,
+    foreign_project_errors,
     is_relative_path,
     owner_errors,
     resolve_restore_job,
@@ -44,13 +50,23 @@ def check_data_paths(
     scope: JobScope | None = None,
 ) -> tuple[dict[str, PathCheck], list[FieldError]]:
     """Model, tokenizer and dataset paths inside the data roots (or hub names, cached when
-    the server is offline); with a scope, none inside another project's run directory."""
+    the server is offline); with a scope, none inside another project's run directory or
+    its part of a checkpoint root (decided first: a refusal tells nothing of what exists)."""
     roots, runs = settings.allowed_data_roots(), settings.resolved_runs_dir
+    checkpoint_roots = settings.allowed_checkpoint_roots()
     checks: dict[str, PathCheck] = {}
     errors: list[FieldError] = []
     hub: dict[str, Any] = {}
     for loc, value, form in _data_path_values(recipe):
-        if form:
+        foreign = [
+            error
+            for text in _texts(value)
+            if not is_hub_name(text)
+            for error in foreign_project_errors(text, loc, checkpoint_roots, runs, scope)
+        ]
+        if foreign:
+            check = PathCheck("invalid", None, foreign[:1])
+        elif form:
             check = check_file_set(value, loc, roots, form)
         else:
             check = check_data_path(value, loc, roots)
@@ -84,6 +100,14 @@ def _data_path_values(recipe: dict[str, Any]) -> list[tuple[str, Any, str]]:
             leaves = _path_leaves(values.get(key), f"{section}.{key}", weights=bool(form))
             candidates += [(loc, value, form) for loc, value in leaves]
     return [(loc, value, form) for loc, value, form in candidates if value is not None]
+
+
+def _texts(value: Any) -> list[str]:
+    """The strings of a path-valued field (one path, or a file set's list or mapping)."""
+    if isinstance(value, str):
+        return [value]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [text for item in items for text in _texts(item)]
 
 
 # Target sections whose keywords may name files: (besides the model's own).

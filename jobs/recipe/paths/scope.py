@@ -6,10 +6,14 @@ inside the checkpoint roots. Validation cannot read the database, so the server 
 job keeps its checkpoints when its recipe moved them (`checkpoint_dir_of`). With a scope, a
 path inside the runs directory must lie under the run of one of the project's jobs
 (`confinement_errors`); a checkpoint path a job writes or restores from must be the
-project's own (`owner_errors`): the run of one of its jobs or `<root>/<project>/...` of a
-checkpoint root, decided from the text before anything is looked at and refused with one
-answer, so that no answer tells what another project has; a relative `checkpoint_dir` is
-kept relative (`run_relative`): the trainer puts it in the job's run directory.
+project's own (`owner_errors`): the run of one of its jobs or `<root>/projects/<project>/`
+of a checkpoint root, decided from the text before anything is looked at and refused with
+one answer, so that no answer tells what another project has; a relative `checkpoint_dir`
+is kept relative (`run_relative`): the trainer puts it in the job's run directory. A path a
+job only reads (a model, a tokenizer, data) may lie anywhere in the data roots except in
+another project's part of a checkpoint root (`foreign_project_errors`): projects keep
+their checkpoints under `projects/`, apart from whatever else a root holds (datasets that
+the data roots share with the checkpoint roots, as the default roots do).
 `restore_from: {job: <id>, step: N}` resolves to that job's `step_<N>` checkpoint (the one
 its `LATEST` names when no step is given): the layout the trainer's checkpoint manager
 writes. Without a scope (`tuneyard validate`, the trainer re-checking a stored recipe)
@@ -32,8 +36,10 @@ from jobs.recipe.paths.roots import read_bounded
 CHECKPOINTS_DIR = "checkpoints"  # <run dir>/checkpoints unless checkpoint.checkpoint_dir moves it
 LATEST_FILE = "LATEST"  # one line: the name of the newest complete step directory
 STEP_DIR = re.compile(r"\Astep_([0-9]+)\Z")
-# A project name that is one plain path component names its directory under each checkpoint
-# root; project names are not otherwise constrained, so any other name has no such directory.
+# Each checkpoint root keeps projects' checkpoints in `projects/<project>/`. A project name
+# that is one plain path component names that directory; project names are not otherwise
+# constrained, so any other name has none.
+PROJECTS_DIR = "projects"
 PROJECT_DIR = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 LATEST_CAP = 256
 SERVER_FIX = (
@@ -114,25 +120,51 @@ def _lexical(path: Path | str) -> str:
     return os.path.normpath(os.path.abspath(os.path.expanduser(os.fspath(path))))
 
 
-def _owns(path: str, roots: list[str], runs: str, scope: JobScope) -> bool | None:
-    """Whether `path` is the project's own: in the run of one of its jobs, or in its
-    directory of the innermost checkpoint root holding it (so a project named like the runs
-    dir, or like a root nested in another, gains nothing). None: no root holds it."""
+def _innermost(path: str, roots: list[str], runs: str) -> str | None:
+    """The innermost of the checkpoint roots and the runs dir that holds `path`."""
     holding = [top for top in (*roots, runs) if _first_below(path, top) is not None]
-    if not holding:
+    return max(holding, key=len) if holding else None
+
+
+def _project_below(path: str, top: str) -> str | None:
+    """The project whose part of checkpoint root `top` holds `path` (`top/projects/<name>`),
+    '' for `top/projects` itself, None when `path` is not in that part of the root."""
+    if _first_below(path, top) != PROJECTS_DIR:
         return None
-    top = max(holding, key=len)
-    entry = _first_below(path, top)
-    if not entry:  # the runs dir or a root itself: every project's
+    return _first_below(path, os.path.join(top, PROJECTS_DIR))
+
+
+def _owns(path: str, roots: list[str], runs: str, scope: JobScope) -> bool | None:
+    """Whether `path` is the project's own: in the run of one of its jobs, or in its part of
+    the innermost checkpoint root holding it (so a root nested in another gives nothing
+    away). None: no root holds it."""
+    top = _innermost(path, roots, runs)
+    if top is None:
+        return None
+    if top == runs:
+        entry = _first_below(path, top)
+        return bool(entry) and scope.owns_job(entry)
+    project = _project_below(path, top)
+    return bool(project) and project == scope.project_dir
+
+
+def _foreign(path: str, roots: list[str], runs: str, scope: JobScope) -> bool:
+    """Whether `path` lies in another project's part of a checkpoint root (the runs dir has
+    its own rule, `confinement_errors`)."""
+    top = _innermost(path, roots, runs)
+    if top is None or top == runs:
         return False
-    return scope.owns_job(entry) if top == runs else entry == scope.project_dir
+    project = _project_below(path, top)
+    return project is not None and project != scope.project_dir
 
 
 def own_places_fix(roots: list[Path], runs_dir: Path, scope: JobScope) -> str:
     """Where a job of the project may keep and restore checkpoints, as a fix."""
     runs = _lexical(runs_dir)
     tops = [_lexical(r) for r in roots if _lexical(r) != runs] if scope.project_dir else []
-    under = "".join(f" or under {top}/{scope.project_dir}/" for top in dict.fromkeys(tops))
+    under = "".join(
+        f" or under {top}/{PROJECTS_DIR}/{scope.project_dir}/" for top in dict.fromkeys(tops)
+    )
     return (
         f"keep checkpoints in the job's run directory (a relative checkpoint_dir such as "
         f"checkpoints/){under}; restore from there or with restore_from: {{job: <id>}} of a "
@@ -159,6 +191,29 @@ def owner_errors(
         return []
     msg = f"{value!r} is outside project {scope.project}'s checkpoint directories"
     return [FieldError(loc, msg, own_places_fix(roots, runs_dir, scope))]
+
+
+def foreign_project_errors(
+    value: object, loc: str, roots: list[Path], runs_dir: Path, scope: JobScope | None
+) -> list[FieldError]:
+    """With a scope, a path a job reads may not lie in another project's part of a
+    checkpoint root, as written or after symlinks; refused with one answer whether or not
+    it exists, before anything in it is looked at."""
+    if scope is None or not isinstance(value, str) or not value.strip() or "\x00" in value:
+        return []
+    tops, runs, path = [_lexical(r) for r in roots], _lexical(runs_dir), _lexical(value)
+    foreign = _foreign(path, tops, runs, scope)
+    if not foreign:
+        real_tops = [os.path.realpath(top) for top in tops]
+        foreign = _foreign(os.path.realpath(path), real_tops, os.path.realpath(runs), scope)
+    if not foreign:
+        return []
+    msg = f"{value!r} is in another project's checkpoint directory"
+    fix = (
+        f"read models and data from the data roots outside the projects' parts, or from "
+        f"project {scope.project}'s own checkpoints"
+    )
+    return [FieldError(loc, msg, fix)]
 
 
 def run_relative(

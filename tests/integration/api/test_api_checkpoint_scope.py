@@ -85,7 +85,7 @@ def test_the_runs_dir_itself_is_nobodys_checkpoint_dir(client, stack, body) -> N
 
 
 def test_restore_from_a_job_that_moved_its_checkpoints(client, stack, body) -> None:
-    own = stack.settings.allowed_checkpoint_roots()[0] / stack.project / "moved"
+    own = stack.settings.allowed_checkpoint_roots()[0] / "projects" / stack.project / "moved"
     (own / "step_2").mkdir(parents=True)
     (own / "LATEST").write_text("step_2")
     first = copy.deepcopy(body)

@@ -38,7 +38,8 @@ def publish(directory: Path, step: int) -> Path:
 
 @pytest.fixture
 def root(stack) -> Path:
-    return Path(stack.settings.allowed_checkpoint_roots()[0])
+    """Where projects keep their checkpoints in the first checkpoint root."""
+    return Path(stack.settings.allowed_checkpoint_roots()[0]) / "projects"
 
 
 @pytest.fixture

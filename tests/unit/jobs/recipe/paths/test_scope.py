@@ -6,7 +6,9 @@ Run directories are `<runs_dir>/<job id>`; a `JobScope` says which ids are the c
 from __future__ import annotations
 
 import copy
+import shutil
 import uuid
+from pathlib import Path
 
 import pytest
 from recipe_asserts import error_at
@@ -102,7 +104,7 @@ def test_restore_from_a_job_without_a_step_is_its_latest(scoped, recipe, runs):
 
 
 def test_restore_from_a_job_uses_its_own_checkpoint_dir(scoped, recipe, runs, ckpt_root):
-    own = ckpt_root / "alpha" / "mine"  # in the project's own directory of the root
+    own = ckpt_root / "projects" / "alpha" / "mine"  # in the project's own directory of the root
     (own / "step_3").mkdir(parents=True)
     (own / "LATEST").write_text("step_3")
     scope = JobScope("alpha", lambda job: job == OURS, lambda job: str(own))
@@ -164,22 +166,25 @@ def _refusals(result):
 
 
 def test_a_projects_subtree_is_its_own_and_no_other_projects(scoped, recipe, ckpt_root):
-    recipe["checkpoint"] = {"checkpoint_dir": str(ckpt_root / "alpha" / "x")}
+    recipe["checkpoint"] = {"checkpoint_dir": str(ckpt_root / "projects" / "alpha" / "x")}
     result = scoped(recipe)
     assert result.valid, result.errors
-    assert result.recipe["checkpoint"]["checkpoint_dir"] == str(ckpt_root / "alpha" / "x")
+    assert result.recipe["checkpoint"]["checkpoint_dir"] == str(
+        ckpt_root / "projects" / "alpha" / "x"
+    )
     for elsewhere in ("beta/x", "x", "alpha-two/x", "alpha/../beta"):
-        recipe["checkpoint"] = {"checkpoint_dir": str(ckpt_root / elsewhere)}
+        recipe["checkpoint"] = {"checkpoint_dir": str(ckpt_root / "projects" / elsewhere)}
         assert "alpha" in error_at(scoped(recipe), "checkpoint.checkpoint_dir").msg
-    recipe["checkpoint"] = {"checkpoint_dir": str(ckpt_root)}  # the root is everyone's
-    error_at(scoped(recipe), "checkpoint.checkpoint_dir")
+    for shared in (ckpt_root, ckpt_root / "x", ckpt_root / "projects"):  # everyone's
+        recipe["checkpoint"] = {"checkpoint_dir": str(shared)}
+        error_at(scoped(recipe), "checkpoint.checkpoint_dir")
 
 
 def test_another_projects_step_gets_one_answer_whether_it_exists_or_not(scoped, recipe, ckpt_root):
-    recipe["restore_from"] = {"path": str(ckpt_root / "beta" / "run" / "step_1")}
+    recipe["restore_from"] = {"path": str(ckpt_root / "projects" / "beta" / "run" / "step_1")}
     before = _refusals(scoped(recipe))
-    (ckpt_root / "beta" / "run" / "step_1").mkdir(parents=True)
-    (ckpt_root / "beta" / "run" / "step_1" / "trainer_state.json").write_text("{}")
+    (ckpt_root / "projects" / "beta" / "run" / "step_1").mkdir(parents=True)
+    (ckpt_root / "projects" / "beta" / "run" / "step_1" / "trainer_state.json").write_text("{}")
     assert _refusals(scoped(recipe)) == before
     assert [loc for loc, _, _ in before] == ["restore_from.path"]
 
@@ -196,15 +201,15 @@ def test_another_projects_run_gets_one_answer_whether_it_exists_or_not(scoped, r
 
 
 def test_a_symlink_from_the_subtree_into_another_is_refused(scoped, recipe, ckpt_root):
-    (ckpt_root / "alpha").mkdir()
-    link = ckpt_root / "alpha" / "link"
-    link.symlink_to(ckpt_root / "beta" / "run", target_is_directory=True)
+    (ckpt_root / "projects" / "alpha").mkdir(parents=True)
+    link = ckpt_root / "projects" / "alpha" / "link"
+    link.symlink_to(ckpt_root / "projects" / "beta" / "run", target_is_directory=True)
     recipe["restore_from"] = {"path": str(link / "step_1")}
     restore_before = _refusals(scoped(recipe))
     recipe["restore_from"] = None
     recipe["checkpoint"] = {"checkpoint_dir": str(link)}
     write_before = _refusals(scoped(recipe))
-    (ckpt_root / "beta" / "run" / "step_1").mkdir(parents=True)
+    (ckpt_root / "projects" / "beta" / "run" / "step_1").mkdir(parents=True)
     assert _refusals(scoped(recipe)) == write_before
     recipe["checkpoint"] = None
     recipe["restore_from"] = {"path": str(link / "step_1")}
@@ -240,14 +245,14 @@ def test_a_project_name_that_is_no_directory_name_has_no_subtree(
     settings, recipe, ckpt_root, project
 ):
     scope = JobScope(project=project, owns_job=lambda job: False)
-    recipe["checkpoint"] = {"checkpoint_dir": str(ckpt_root / project / "x")}
+    recipe["checkpoint"] = {"checkpoint_dir": str(ckpt_root / "projects" / project / "x")}
     result = validate_job(copy.deepcopy(recipe), settings=settings, scope=scope)
     error_at(result, "checkpoint.checkpoint_dir")
 
 
 def test_a_project_named_like_the_runs_dir_owns_no_run(settings, recipe, ckpt_root, runs):
     scope = JobScope(project="runs", owns_job=lambda job: False)  # runs dir: <ckpt_root>/runs
-    for path in (runs / THEIRS / "checkpoints", runs / "x", ckpt_root / "beta"):
+    for path in (runs / THEIRS / "checkpoints", runs / "x", ckpt_root / "projects" / "beta"):
         recipe["checkpoint"] = {"checkpoint_dir": str(path)}
         result = validate_job(copy.deepcopy(recipe), settings=settings, scope=scope)
         assert "runs" in error_at(result, "checkpoint.checkpoint_dir").msg
@@ -277,11 +282,41 @@ def test_restore_from_a_job_with_a_run_relative_checkpoint_dir(scoped, recipe, r
 
 
 def test_tracker_paths_stay_in_the_projects_subtree(scoped, recipe, ckpt_root):
-    recipe["wandb"] = {"dir": str(ckpt_root / "alpha" / "wandb"), "mode": "offline"}
+    recipe["wandb"] = {"dir": str(ckpt_root / "projects" / "alpha" / "wandb"), "mode": "offline"}
     result = scoped(recipe)
     assert result.valid, result.errors
-    recipe["wandb"] = {"dir": str(ckpt_root / "beta" / "wandb"), "mode": "offline"}
+    recipe["wandb"] = {"dir": str(ckpt_root / "projects" / "beta" / "wandb"), "mode": "offline"}
     assert "alpha" in error_at(scoped(recipe), "wandb.dir").msg
     recipe["wandb"] = None
-    recipe["mlflow"] = {"tracking_uri": f"file:{ckpt_root / 'beta' / 'mlruns'}"}
+    recipe["mlflow"] = {"tracking_uri": f"file:{ckpt_root / 'projects' / 'beta' / 'mlruns'}"}
     error_at(scoped(recipe), "mlflow.tracking_uri")
+
+
+def test_a_model_in_another_projects_checkpoints_is_refused(
+    settings, scope, recipe, data_root, ckpt_root, model_dir
+):
+    """With the data roots holding the checkpoint root (as the default roots do), reading
+    another project's checkpoint as a model is refused with one answer whether it exists or
+    not, also through a symlink; the project's own checkpoints and the rest of the root
+    (where datasets may live) stay readable."""
+    shared = settings.model_copy(update={"data_roots": f"{data_root}:{ckpt_root}"})
+
+    def check(model_path: Path):
+        recipe["model"]["pretrained_model_name_or_path"] = str(model_path)
+        return validate_job(copy.deepcopy(recipe), settings=shared, scope=scope)
+
+    theirs = ckpt_root / "projects" / "beta" / "run" / "step_5" / "model"
+    before = _refusals(check(theirs))
+    shutil.copytree(model_dir, theirs)
+    assert _refusals(check(theirs)) == before
+    assert [loc for loc, _, _ in before] == ["model.pretrained_model_name_or_path"]
+    link = ckpt_root / "projects" / "alpha" / "borrowed"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(theirs, target_is_directory=True)
+    assert _refusals(check(link)) == [
+        (before[0][0], before[0][1].replace(str(theirs), str(link)), before[0][2])
+    ]
+    for readable in (ckpt_root / "projects" / "alpha" / "mine", ckpt_root / "models" / "tiny"):
+        shutil.copytree(model_dir, readable)
+        result = check(readable)
+        assert result.valid, result.errors
