@@ -39,6 +39,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.optim import Optimizer
 
+from jobs.recipe.paths.scope import LATEST_CAP, STEP_DIR
 from trainer.distributed import barrier
 from trainer.errors import checkpoint_error
 
@@ -69,6 +70,21 @@ def _fsync_tree(root: Path) -> None:
 
 def dir_size(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def pointed_step(root: Path) -> Path | None:
+    """The directory `root/LATEST` names when it is a plain `step_<N>` entry of `root`
+    itself, never a path, `..` or a symlink (a planted pointer could lead into another
+    job's or project's checkpoints); None otherwise or without a pointer."""
+    pointer = root / "LATEST"
+    if not pointer.is_file():
+        return None
+    with pointer.open("rb") as handle:
+        name = handle.read(LATEST_CAP).decode("utf-8", "replace").strip()
+    directory = root / name
+    if not STEP_DIR.match(name) or directory.is_symlink():
+        return None
+    return directory
 
 
 class CheckpointManager:
@@ -103,11 +119,8 @@ class CheckpointManager:
         barrier()
 
     def latest(self) -> Path | None:
-        pointer = self.root / "LATEST"
-        if not pointer.is_file():
-            return None
-        directory = self.root / pointer.read_text().strip()
-        return directory if is_complete(directory) else None
+        directory = pointed_step(self.root)
+        return directory if directory is not None and is_complete(directory) else None
 
     def resolve(self, restore_from: str | None) -> Path | None:
         """The checkpoint to resume from: explicit path, LATEST, or LATEST when one exists."""
@@ -118,7 +131,13 @@ class CheckpointManager:
             return found
         directory = Path(restore_from).expanduser()
         if (directory / "LATEST").is_file():  # a checkpoints root
-            directory = directory / (directory / "LATEST").read_text().strip()
+            step = pointed_step(directory)
+            if step is None:
+                raise checkpoint_error(
+                    f"restore_from: {directory / 'LATEST'} does not name a step_<N> directory "
+                    f"of {directory}; give the checkpoints/step_<N> directory"
+                )
+            directory = step
         if not is_complete(directory):
             raise checkpoint_error(
                 f"restore_from: {directory} is not a complete checkpoint "

@@ -132,3 +132,26 @@ def test_incomplete_and_staging_dirs_are_never_resumed(tmp_path: Path) -> None:
 
 def test_fresh_run_dir_has_nothing_to_resume(tmp_path: Path) -> None:
     assert CheckpointManager(tmp_path, is_rank0=True).resolve("LATEST") is None
+
+
+@pytest.mark.parametrize("planted", ["../../other/checkpoints/step_5", "/elsewhere/step_5", "link"])
+def test_a_latest_pointer_naming_anything_but_its_own_step_is_not_followed(
+    tmp_path: Path, planted: str
+) -> None:
+    """A LATEST rewritten to lead out of its folder (a path, `..`, or a symlinked step) is
+    never resumed from, whether the run resumes itself or restores from that folder."""
+    elsewhere = tmp_path / "other" / "checkpoints" / "step_5"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / STATE_FILE).write_text("{}")
+    manager = CheckpointManager(tmp_path / "run", is_rank0=True)
+    _publish(manager, 1)
+    root = tmp_path / "run" / "checkpoints"
+    if planted == "link":
+        (root / "step_7").symlink_to(elsewhere, target_is_directory=True)
+        planted = "step_7"
+    (root / "LATEST").write_text(planted.replace("/elsewhere", str(tmp_path / "other/checkpoints")))
+    assert manager.latest() is None
+    with pytest.raises(TrainerError, match="incomplete checkpoint"):
+        manager.resolve("LATEST")
+    with pytest.raises(TrainerError, match="does not name a step_<N> directory"):
+        manager.resolve(str(root))
