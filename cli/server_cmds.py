@@ -88,9 +88,13 @@ def create_key(
     if char is not None:
         typer.echo(f"error: --project {control_msg(char)}; {CONTROL_FIX}", err=True)
         raise typer.Exit(2)
-    with session_scope() as session:
-        key, raw = create_api_key(session, project, role)
-        key_id = key.id
+    try:
+        with session_scope() as session:
+            key, raw = create_api_key(session, project, role)
+            key_id = key.id
+    except ValueError as exc:  # a new project's name it may not have
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
     typer.echo(raw)
     typer.echo(f"key {key_id} ({role}) for project '{project}'; it is shown only once", err=True)
 

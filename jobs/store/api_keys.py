@@ -9,6 +9,7 @@ apart in listings. Roles: `read` (GET only), `submit` (read + submit and control
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass
 
@@ -22,6 +23,11 @@ from jobs.store.tables import API_KEY_ROLES, ApiKey, Project, utcnow
 KEY_PREFIX = "ty_"
 ROLE_RANK = {"read": 0, "submit": 1, "admin": 2}
 DEFAULT_PROJECT = "default"
+# A new project's name: lower case, so no two projects differ only in case (they would share
+# a directory on a case-insensitive filesystem), and one plain path component, so every
+# project has its own `projects/<name>/` in each checkpoint root. Projects created earlier
+# keep their names.
+PROJECT_NAME = re.compile(r"\A[a-z0-9][a-z0-9._-]{0,62}\Z")
 
 
 @dataclass(frozen=True)
@@ -53,11 +59,22 @@ def check_role(role: str) -> None:
         raise ValueError(f"role: unknown role '{role}'; {hint}")
 
 
+def check_project_name(name: str) -> None:
+    """Refuse a name a new project may not have, with a ValueError naming the fix."""
+    if not PROJECT_NAME.match(name):
+        raise ValueError(
+            f"project: {name[:80]!r} is not a project name; use 1-63 lower-case letters, "
+            "digits, '.', '_' or '-', starting with a letter or digit (e.g. team-a)"
+        )
+
+
 def get_or_create_project(session: Session, name: str) -> Project:
-    """The project called `name`, created if missing (safe against a concurrent create)."""
+    """The project called `name`, created if missing (safe against a concurrent create);
+    a new project's name must pass `check_project_name`."""
     project = session.scalar(select(Project).where(Project.name == name))
     if project is not None:
         return project
+    check_project_name(name)
     try:
         with session.begin_nested():
             project = Project(name=name)

@@ -72,6 +72,14 @@ def test_keys_create_refuses_an_unknown_role(tmp_path) -> None:
     assert result.returncode == 2 and "did you mean 'admin'" in result.stderr
 
 
+def test_keys_create_refuses_a_project_name_a_new_project_may_not_have(tmp_path) -> None:
+    env = env_for(f"sqlite:///{tmp_path / 'x.db'}", tmp_path)
+    assert tuneyard(["migrate"], env, tmp_path).returncode == 0
+    result = tuneyard(["keys", "create", "--project", "Team-A", "--role", "read"], env, tmp_path)
+    assert result.returncode == 2 and "is not a project name" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_prestart_migrates_and_gives_up_on_an_unreachable_database(tmp_path) -> None:
     script = REPO / "deploy" / "prestart.sh"
     ok = subprocess.run(["sh", str(script)], env=env_for(f"sqlite:///{tmp_path / 'p.db'}",

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import select
 
 from jobs.store.api_keys import create_api_key, default_principal, hash_key, verify_key
-from jobs.store.tables import ApiKey
+from jobs.store.tables import ApiKey, Project
 
 
 def test_only_the_hash_is_stored_and_roles_rank(session) -> None:
@@ -29,3 +29,22 @@ def test_default_principal_is_admin_of_default(session) -> None:
     first, second = default_principal(session), default_principal(session)
     assert first.role == "admin" and first.project_name == "default"
     assert first.project_id == second.project_id
+
+
+@pytest.mark.parametrize(
+    "name", ["Team-A", "team/a", "..", "-team", "", "a" * 64, "team a", "t\x1b[31m", "ｔeam"]
+)
+def test_a_new_project_needs_a_plain_lower_case_name(session, name) -> None:
+    """No case-only twins (one directory on a case-insensitive filesystem), and every project
+    has a `projects/<name>/` directory of its own in each checkpoint root."""
+    with pytest.raises(ValueError, match="is not a project name"):
+        create_api_key(session, name, "submit")
+    assert session.scalar(select(Project).where(Project.name == name)) is None
+
+
+def test_a_project_created_earlier_keeps_its_name(session) -> None:
+    name = f"Legacy/{uuid.uuid4().hex[:6]}"
+    session.add(Project(name=name))
+    session.flush()
+    key, raw = create_api_key(session, name, "read")
+    assert verify_key(session, raw).project_name == name
