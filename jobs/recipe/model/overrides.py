@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.recipe.errors import FieldError, did_you_mean
+from jobs.recipe.load.limits import MAX_MODEL_SIZES
 from jobs.recipe.targets.loader_kwargs import is_override_name
 from jobs.recipe.targets.table import TARGETS
 
@@ -109,11 +110,28 @@ def _one(key: str, value: Any, loc: str, config: dict[str, Any], pretrained: boo
     return None
 
 
+def _size_error(key: str, value: Any, loc: str) -> FieldError | None:
+    """A size the plan reads (`MAX_MODEL_SIZES`) must be a whole number up to its maximum,
+    whether or not the config is readable."""
+    limit = MAX_MODEL_SIZES.get(key)
+    if limit is None or value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        return FieldError(
+            loc, f"{key} must be a whole number from 1 to {limit}", f"set {loc} to at most {limit}"
+        )
+    return None
+
+
 def check_overrides(
     section: dict[str, Any], loc: str, config: dict[str, Any] | None, pretrained: bool
 ) -> tuple[list[FieldError], list[FieldError]]:
     """(errors, warnings) for the overrides in `section` against `config` (None: unreadable)."""
     overrides = overrides_of(section)
+    sizes = [_size_error(k, v, f"{loc}.{k}") for k, v in overrides.items()]
+    errors = [e for e in sizes if e is not None]
+    if errors:
+        return errors, []
     if config is None:
         why = "accepted unchecked: a config override, and the model's config is not readable here"
         return [], [FieldError(f"{loc}.{key}", why) for key in overrides]

@@ -95,3 +95,27 @@ def test_unreadable_config_accepts_overrides_with_a_warning(validate, recipe: di
 def test_odd_override_values_never_raise(validate, recipe, value):
     recipe["model"]["max_position_embeddings"] = value
     validate(recipe)  # an error or a pass, never an exception
+
+
+@pytest.mark.parametrize(
+    ("key", "limit"), [("hidden_size", 2**17), ("num_hidden_layers", 2**12), ("vocab_size", 2**22)]
+)
+@pytest.mark.parametrize("readable", [True, False])
+def test_a_size_override_past_its_maximum_is_refused_at_its_field(
+    validate, recipe, model_dir, key, limit, readable
+):
+    """Whether or not the config is readable, a size the plan reads is a whole number up to
+    its maximum (jobs.recipe.load.limits), refused at the field rather than dropping the
+    estimate; at the maximum it passes this check."""
+    source = str(model_dir) if readable else "some-org/not-cached"
+    recipe["model"] = {"_target_": FROM_CONFIG, "config": source, key: limit + 1}
+    err = error_at(validate(recipe), f"model.{key}")
+    assert str(limit) in err.msg and str(limit) in err.fix
+    for bad in (0, -1, 1.5, True, "8"):
+        recipe["model"][key] = bad
+        error_at(validate(recipe), f"model.{key}")
+    recipe["model"][key] = limit
+    assert not [e for e in validate(recipe).errors if "must be a whole number" in e.msg]
+    nested = {"_target_": AUTO_CONFIG, "pretrained_model_name_or_path": source, key: limit + 1}
+    recipe["model"] = {"_target_": FROM_CONFIG, "config": nested}
+    error_at(validate(recipe), f"model.config.{key}")
