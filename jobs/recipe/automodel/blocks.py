@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import FieldError, shown
 
 AM_DIST = "nemo_automodel.components.distributed.config"
 AUTO_TOKENIZER = "transformers.AutoTokenizer.from_pretrained"
@@ -91,7 +91,9 @@ def _distributed_config(data: dict[str, Any]) -> list[FieldError]:
     if target is not None and strategy is None:
         fix = "name one of " + ", ".join(sorted(STRATEGY_CONFIGS)) + ", or move the keys"
         return [
-            FieldError("distributed_config._target_", f"{target!r} is not a strategy config", fix)
+            FieldError(
+                "distributed_config._target_", f"{shown(target)} is not a strategy config", fix
+            )
         ]
     distributed = data.get("distributed")
     distributed = dict(distributed) if isinstance(distributed, dict) else {}
@@ -100,10 +102,12 @@ def _distributed_config(data: dict[str, Any]) -> list[FieldError]:
         block["strategy"] = strategy
     for key, value in block.items():
         if key in distributed and distributed[key] != value and key != "strategy":
-            msg = f"conflicts with distributed.{key} ({value!r} vs {distributed[key]!r})"
+            msg = f"conflicts with distributed.{key} ({shown(value)} vs {shown(distributed[key])})"
             errors.append(FieldError(f"distributed_config.{key}", msg, "keep one of the two"))
         elif key == "strategy" and distributed.get("strategy", value) != value:
-            msg = f"names {value} but distributed.strategy is {distributed['strategy']!r}"
+            msg = (
+                f"names {shown(value)} but distributed.strategy is {shown(distributed['strategy'])}"
+            )
             errors.append(FieldError("distributed_config._target_", msg, "keep one of the two"))
         else:
             distributed[key] = value
@@ -131,7 +135,7 @@ def _config_class(data: dict[str, Any]) -> list[FieldError]:
         return []  # left for the allowlist to answer (AutoConfig.from_pretrained, or refused)
     given = config.get("model_type", model_type)
     if given != model_type:
-        msg = f"{target} has model_type {model_type!r}, not {given!r}"
+        msg = f"{target} has model_type {model_type!r}, not {shown(given)}"
         return [FieldError("model.config.model_type", msg, "remove model_type")]
     model["config"] = {
         "model_type": model_type,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import FieldError, shown
 
 DTYPE_ALIASES = {
     "bf16": "bfloat16",
@@ -134,7 +134,10 @@ def _seed_forms(data: dict[str, Any]) -> list[FieldError]:
     seed = data.pop("seed")
     if seed == rng["seed"]:
         return []
-    msg = f"accepted and ignored: rng.seed ({rng['seed']!r}) seeds the run, not seed ({seed!r})"
+    msg = (
+        f"accepted and ignored: rng.seed ({shown(rng['seed'])}) seeds the run, "
+        f"not seed ({shown(seed)})"
+    )
     return [FieldError("seed", msg, "keep only rng.seed")]
 
 
@@ -190,7 +193,7 @@ def scheduler_forms(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldE
     errors += [
         FieldError(
             f"lr_scheduler.{key}",
-            f"AutoModel's scheduler config has no key {key!r}",
+            f"AutoModel's scheduler config has no key {shown(key)}",
             "accepted: " + ", ".join(sorted(SCHEDULER_KEYS)),
         )
         for key in unknown
@@ -225,7 +228,7 @@ def _decay_style_errors(section: dict[str, Any]) -> list[FieldError]:
         section.pop("lr_wsd_decay_style", None)
         msg = "the WSD decay style is not supported by tuneyard's trainer yet"
     else:
-        msg = f"unknown decay style {style!r}"
+        msg = f"unknown decay style {shown(style)}"
     return [FieldError("lr_scheduler.lr_decay_style", msg, "use one of " + ", ".join(DECAY_STYLES))]
 
 
@@ -244,7 +247,7 @@ def check_warmup_decay(section: dict[str, Any], lr: Any, max_steps: int | None) 
     errors = [
         FieldError(
             f"lr_scheduler.{key}",
-            f"must be an integer >= {low}, got {section[key]!r}",
+            f"must be an integer >= {low}, got {shown(section[key])}",
             f"set lr_scheduler.{key} to an integer >= {low}",
         )
         for key, low in (("lr_warmup_steps", 0), ("lr_decay_steps", 1))
@@ -253,7 +256,7 @@ def check_warmup_decay(section: dict[str, Any], lr: Any, max_steps: int | None) 
     errors += [
         FieldError(
             f"lr_scheduler.{key}",
-            f"must be a number >= 0, got {section[key]!r}",
+            f"must be a number >= 0, got {shown(section[key])}",
             f"set lr_scheduler.{key} to a number >= 0",
         )
         for key in ("init_lr", "max_lr", "min_lr")

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import QUOTE_MAX, FieldError, clip, shown
 
 LAUNCHER = "a launcher block; tuneyard's worker launches the job on its own queue"
 SIDE_SECTIONS: dict[str, str] = {
@@ -116,7 +116,7 @@ def recipe_family_error(name: Any, loc: str) -> FieldError | None:
     family = family_of(name) if isinstance(name, str) else None
     if family is None:
         return None
-    cls = name.rsplit(".", 1)[-1]
+    cls = clip(name.rsplit(".", 1)[-1], QUOTE_MAX)
     return FieldError(loc, f"{family} ({cls}) {NOT_SUPPORTED}", FAMILY_FIX)
 
 
@@ -137,12 +137,11 @@ def _model_family_errors(data: dict[str, Any]) -> list[FieldError]:
     target = model.get("_target_") if isinstance(model, dict) else None
     if not isinstance(target, str) or recipe_family_error(_recipe_name(data), "recipe"):
         return []
-    parts = target.split(".")
-    found = next((FAMILY_MODEL_LOADERS[p] for p in parts if p in FAMILY_MODEL_LOADERS), None)
-    if found is None:
+    loader = next((p for p in target.split(".") if p in FAMILY_MODEL_LOADERS), None)
+    if loader is None:
         return []
-    family, cls = found
-    msg = f"{family} ({cls}) {NOT_SUPPORTED}: model._target_ loads {target.rsplit('.', 2)[-2]}"
+    family, cls = FAMILY_MODEL_LOADERS[loader]
+    msg = f"{family} ({cls}) {NOT_SUPPORTED}: model._target_ loads {loader}"
     return [FieldError("recipe", msg, FAMILY_FIX)]
 
 
@@ -227,7 +226,7 @@ def kernel_option_notes(data: dict[str, Any]) -> list[FieldError]:
         notes.append(
             FieldError(
                 "model.use_sdpa_patching",
-                f"changes nothing: the model attends with {attn!r}, not SDPA",
+                f"changes nothing: the model attends with {shown(attn)}, not SDPA",
             )
         )
     if isinstance(model.get("sdpa_method"), list):

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobs.recipe.automodel.sections import recipe_family_error
-from jobs.recipe.errors import FieldError, did_you_mean
+from jobs.recipe.errors import FieldError, did_you_mean, shown
 from jobs.recipe.load import limits
 from jobs.recipe.load.plain import fresh
 from jobs.recipe.load.schema_errors import field_errors
@@ -401,5 +401,5 @@ def check_recipe_name(value: Any) -> tuple[str, list[FieldError]]:
         return "llm_finetune", [family]
     hint = did_you_mean(str(name), RECIPE_NAMES) if isinstance(name, str) else ""
     return "llm_finetune", [
-        FieldError(loc, f"unknown recipe {name!r}", hint or "use recipe: llm_finetune")
+        FieldError(loc, f"unknown recipe {shown(name)}", hint or "use recipe: llm_finetune")
     ]

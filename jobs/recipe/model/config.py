@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import QUOTE_MAX, FieldError, clip, shown
 from jobs.recipe.model.native_fallbacks import NATIVE_ONLY_TP, hf_fallback_reason
 from jobs.recipe.paths.roots import read_bounded
 from jobs.recipe.plan.flops import param_count
@@ -96,7 +96,7 @@ def _topology_kwarg_errors(model: dict[str, Any]) -> list[FieldError]:
 def _value_errors(model: dict[str, Any]) -> list[FieldError]:
     errors = [
         FieldError(
-            f"model.{key}", f"unknown dtype {model[key]!r}", f"use one of {', '.join(DTYPES)}"
+            f"model.{key}", f"unknown dtype {shown(model[key])}", f"use one of {', '.join(DTYPES)}"
         )
         for key in ("dtype", "torch_dtype")
         if model.get(key) is not None and str(model[key]).removeprefix("torch.") not in DTYPES
@@ -106,7 +106,7 @@ def _value_errors(model: dict[str, Any]) -> list[FieldError]:
         errors.append(
             FieldError(
                 "model.attn_implementation",
-                f"unknown implementation {attn!r}",
+                f"unknown implementation {shown(attn)}",
                 f"use one of {', '.join(ATTN_IMPLEMENTATIONS)}",
             )
         )
@@ -142,6 +142,8 @@ def hub_cache_config(name: str) -> Path | None:
     """config.json of a hub model in the local Hugging Face cache, if it is there."""
     cache = hub_cache_root()
     repo = cache / ("models--" + name.replace("/", "--"))
+    if not os.path.isdir(repo):  # False, not OSError, for a name too long to be a file name
+        return None
     revision = _main_revision(repo, cache)
     if revision is not None:
         candidate = repo / "snapshots" / revision / "config.json"
@@ -164,7 +166,7 @@ def read_config_file(
         return None, [
             FieldError(
                 loc,
-                f"{str(path)!r} has no config.json",
+                f"{shown(str(path))} has no config.json",
                 "point it at a Hugging Face model directory",
             )
         ]
@@ -174,10 +176,14 @@ def read_config_file(
     try:
         config = json.loads(data)
     except ValueError as exc:
-        return None, [FieldError(loc, f"cannot read {file}: {exc}", "fix the model's config.json")]
+        return None, [
+            FieldError(loc, f"cannot read {shown(str(file))}: {exc}", "fix the model's config.json")
+        ]
     if not isinstance(config, dict):
         return None, [
-            FieldError(loc, f"{file} is not a JSON object", "fix the model's config.json")
+            FieldError(
+                loc, f"{shown(str(file))} is not a JSON object", "fix the model's config.json"
+            )
         ]
     return config, []
 
@@ -231,7 +237,7 @@ def context_parallel_config_errors(
     rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
     rope_type = rope.get("rope_type") or rope.get("type") or "default"
     if rope_type not in NATIVE_ROPE_TYPES:
-        reasons.append(f"rope_type {rope_type!r} (loads the Hugging Face class)")
+        reasons.append(f"rope_type {shown(rope_type)} (loads the Hugging Face class)")
     return [
         FieldError(
             "distributed.cp_size",
@@ -338,7 +344,7 @@ def expert_parallel_config_errors(
         (
             "model.attn_implementation",
             attn not in _NATIVE_ATTENTION,
-            f"attn_implementation {attn!r} {hf_class}",
+            f"attn_implementation {shown(attn)} {hf_class}",
             "remove attn_implementation or set distributed.ep_size: 1",
         ),
     ]
@@ -379,6 +385,7 @@ def capability_errors(
     if architecture is None:
         return _unknown_architecture_errors(distributed)
     caps: ModelCapabilities = capabilities_for(architecture)
+    architecture = clip(architecture, QUOTE_MAX)  # config.json's name, quoted in the errors
     errors = []
     for size_field, flag, what in _CAPABILITY_FIELDS:
         if int(distributed.get(size_field) or 1) > 1 and not getattr(caps, flag):

@@ -10,10 +10,11 @@ downloads it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import QUOTE_MAX, FieldError, clip
 from jobs.recipe.model.config import hub_cache_root
 
 # Dataset keywords that name a model repository (a tokenizer), not a dataset repository.
@@ -32,8 +33,11 @@ def repo_type_of(loc: str) -> str:
 
 
 def is_cached(name: str, repo_type: str, cache: Path | None = None) -> bool:
-    repo = (cache or hub_cache_root()) / f"{repo_type}s--{name.replace('/', '--')}"
-    return any((repo / "snapshots").glob("*/*"))
+    snapshots = (
+        (cache or hub_cache_root()) / f"{repo_type}s--{name.replace('/', '--')}" / "snapshots"
+    )
+    # isdir: False, not OSError, for a name too long to be a file name
+    return os.path.isdir(snapshots) and any(snapshots.glob("*/*"))
 
 
 def offline_errors(hub_fields: dict[str, Any], offline: bool) -> list[FieldError]:
@@ -44,11 +48,11 @@ def offline_errors(hub_fields: dict[str, Any], offline: bool) -> list[FieldError
         if not isinstance(name, str) or is_cached(name, repo_type):
             continue
         msg = (
-            f"hub {repo_type} {name} is not in this server's Hugging Face cache "
+            f"hub {repo_type} {clip(name, QUOTE_MAX)} is not in this server's Hugging Face cache "
             f"({hub_cache_root()}) and the server is offline (HF_HUB_OFFLINE=1)"
         )
         fix = (
-            f"fetch it there with `hf download {name} --repo-type {repo_type}`, "
+            f"fetch it there with `hf download {clip(name, QUOTE_MAX)} --repo-type {repo_type}`, "
             "or give a local path"
         )
         errors.append(FieldError(loc, msg, fix))

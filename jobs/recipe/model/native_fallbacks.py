@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobs.recipe.errors import shown
+
 
 def _deepseek_v3_reason(config: dict[str, Any]) -> str | None:
     heads = config.get("num_attention_heads")
     if config.get("quantization_config"):
         return "quantized checkpoints (quantization_config)"
     if config.get("scoring_func", "sigmoid") != "sigmoid":
-        return f"scoring_func {config.get('scoring_func')!r} (native routes with sigmoid)"
+        return f"scoring_func {shown(config.get('scoring_func'))} (native routes with sigmoid)"
     if config.get("topk_method", "noaux_tc") not in ("noaux_tc", None):
-        return f"topk_method {config.get('topk_method')!r} (native uses noaux_tc)"
+        return f"topk_method {shown(config.get('topk_method'))} (native uses noaux_tc)"
     if config.get("num_key_value_heads", heads) != heads:
         return "num_key_value_heads != num_attention_heads (latent attention expands all heads)"
     experts, groups = config.get("n_routed_experts") or 0, config.get("n_group") or 0

@@ -15,7 +15,7 @@ import itertools
 import os
 from pathlib import Path
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import QUOTE_MAX, FieldError, clip, shown
 from jobs.recipe.paths.roots import PathCheck, check_data_path, check_path
 
 PREFIX, GLOB = "megatron_prefix", "glob"
@@ -42,7 +42,8 @@ def _check_prefix(value: str, loc: str, roots: list[Path]) -> PathCheck:
     halves = [value + suffix for suffix in MEGATRON_SUFFIXES]
     missing = [h for h in halves if not os.path.lexists(h)]
     if missing:
-        msg = f"{value!r} is not a Megatron dataset prefix: {Path(missing[0]).name} does not exist"
+        half = clip(Path(missing[0]).name, QUOTE_MAX)
+        msg = f"{shown(value)} is not a Megatron dataset prefix: {half} does not exist"
         return _invalid(loc, msg, "give the prefix of a .bin/.idx pair (without the suffix)")
     errors = _each_inside(halves, loc, roots)
     if errors:
@@ -54,7 +55,7 @@ def _check_glob(value: str, loc: str, roots: list[Path], prefixes: bool) -> Path
     if ".." in Path(value).parts:
         return _invalid(
             loc,
-            f"{value!r} escapes the allowed roots with '..'",
+            f"{shown(value)} escapes the allowed roots with '..'",
             "give a pattern inside the allowed roots",
         )
     literal = Path(value.split("*")[0].split("?")[0].split("[")[0]).parent
@@ -63,12 +64,14 @@ def _check_glob(value: str, loc: str, roots: list[Path], prefixes: bool) -> Path
         return base
     matches = list(itertools.islice(glob.iglob(value), MAX_MATCHES + 1))
     if len(matches) > MAX_MATCHES:
-        return _invalid(loc, f"{value!r} names more than {MAX_MATCHES} files", "narrow the pattern")
+        return _invalid(
+            loc, f"{shown(value)} names more than {MAX_MATCHES} files", "narrow the pattern"
+        )
     if prefixes:  # a Megatron pattern matches .bin/.idx files: each prefix needs both
         stems = {m.removesuffix(s) for m in matches for s in MEGATRON_SUFFIXES if m.endswith(s)}
         matches = [f"{m}{s}" for m in sorted(stems) for s in MEGATRON_SUFFIXES]
     if not matches:
-        return _invalid(loc, f"{value!r} matches no file", "check the pattern and the data")
+        return _invalid(loc, f"{shown(value)} matches no file", "check the pattern and the data")
     errors = _each_inside(matches, loc, roots)
     if errors:
         return PathCheck("invalid", errors=errors)

@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import FieldError, shown
 
 HUB_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*\Z")
 NAME_MAX_CHARS = 200
@@ -89,13 +89,15 @@ def check_path(
             if ".." in os.path.expanduser(value).split("/")
             else "is outside the allowed roots"
         )
-        return _invalid(loc, f"{value!r} {why}", fix)
+        return _invalid(loc, f"{shown(value)} {why}", fix)
     if not _inside(os.path.realpath(lexical), [os.path.realpath(r) for r in lexical_roots]):
-        return _invalid(loc, f"{value!r} is a symlink that leads outside the allowed roots", fix)
+        return _invalid(
+            loc, f"{shown(value)} is a symlink that leads outside the allowed roots", fix
+        )
     if must_exist and not os.path.exists(lexical):
         hint = " (a hub name has the form org/name)" if allow_hub else ""
         return _invalid(
-            loc, f"{value!r} does not exist", f"give an existing file or directory{hint}"
+            loc, f"{shown(value)} does not exist", f"give an existing file or directory{hint}"
         )
     return PathCheck("local", path=Path(lexical))
 
@@ -128,24 +130,25 @@ def name_errors(value: object, loc: str, example: str) -> list[FieldError]:
     if len(value) > NAME_MAX_CHARS:
         return [FieldError(loc, f"is longer than {NAME_MAX_CHARS} characters", fix)]
     if "/" in value or "\\" in value or "\x00" in value or ".." in value:
-        return [FieldError(loc, f"{value!r} is a name, not a path: no '/', '\\' or '..'", fix)]
+        return [FieldError(loc, f"{shown(value)} is a name, not a path: no '/', '\\' or '..'", fix)]
     return []
 
 
-def _read_regular(real: str, shown: Path, cap: int) -> tuple[bytes | None, str]:
+def _read_regular(real: str, named: Path, cap: int) -> tuple[bytes | None, str]:
     """At most cap + 1 bytes of `real`, or why not. O_NOFOLLOW: a link swapped in after
     `realpath` is refused, not followed; O_NONBLOCK: a FIFO must not hang us."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW
     try:
         fd = os.open(real, flags)
     except OSError as exc:
-        return None, f"cannot read {shown}: {exc.strerror}"
+        return None, f"cannot read {shown(str(named))}: {exc.strerror}"
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return None, f"{shown} is not a regular file"
+            return None, f"{shown(str(named))} is not a regular file"
         if info.st_size > cap:
-            return None, f"{shown} is {info.st_size} bytes, over the {cap} bytes validation reads"
+            size = f"{info.st_size} bytes, over the {cap} bytes validation reads"
+            return None, f"{shown(str(named))} is {size}"
         chunks, left = [], cap + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
@@ -154,12 +157,12 @@ def _read_regular(real: str, shown: Path, cap: int) -> tuple[bytes | None, str]:
             chunks.append(chunk)
             left -= len(chunk)
     except OSError as exc:
-        return None, f"cannot read {shown}: {exc.strerror}"
+        return None, f"cannot read {shown(str(named))}: {exc.strerror}"
     finally:
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > cap:
-        return None, f"{shown} is over the {cap} bytes validation reads"
+        return None, f"{shown(str(named))} is over the {cap} bytes validation reads"
     return data, ""
 
 
@@ -172,7 +175,7 @@ def read_bounded(
     real = os.path.realpath(_lexical(file))
     real_roots = [os.path.realpath(_lexical(r)) for r in roots]
     if not _inside(real, real_roots):
-        msg = f"{file} is a symlink that leads outside the allowed roots"
+        msg = f"{shown(str(file))} is a symlink that leads outside the allowed roots"
         return None, [FieldError(loc, msg, f"keep the file inside {_roots_text(real_roots)}")]
     data, why = _read_regular(real, file, cap)
     if data is None:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import FieldError, shown
 from jobs.recipe.paths.roots import read_bounded
 
 CHECKPOINTS_DIR = "checkpoints"  # <run dir>/checkpoints unless checkpoint.checkpoint_dir moves it
@@ -106,11 +106,15 @@ def confinement_errors(
     for candidate, runs in pairs:
         run = _first_below(candidate, runs)
         if run == "":
-            return [FieldError(loc, f"{str(path)!r} is the runs directory of every project", fix)]
+            return [
+                FieldError(loc, f"{shown(str(path))} is the runs directory of every project", fix)
+            ]
         if run is None:
             continue
         if not scope.owns_job(run):
-            msg = f"{str(path)!r} is in the run of a job that is not in project {scope.project}"
+            msg = (
+                f"{shown(str(path))} is in the run of a job that is not in project {scope.project}"
+            )
             return [FieldError(loc, msg, fix)]
     return []
 
@@ -189,7 +193,7 @@ def owner_errors(
         owned = _owns(os.path.realpath(path), real_tops, os.path.realpath(runs), scope)
     if owned is not False:
         return []
-    msg = f"{value!r} is outside project {scope.project}'s checkpoint directories"
+    msg = f"{shown(value)} is outside project {scope.project}'s checkpoint directories"
     return [FieldError(loc, msg, own_places_fix(roots, runs_dir, scope))]
 
 
@@ -208,7 +212,7 @@ def foreign_project_errors(
         foreign = _foreign(os.path.realpath(path), real_tops, os.path.realpath(runs), scope)
     if not foreign:
         return []
-    msg = f"{value!r} is in another project's checkpoint directory"
+    msg = f"{shown(value)} is in another project's checkpoint directory"
     fix = (
         f"read models and data from the data roots outside the projects' parts, or from "
         f"project {scope.project}'s own checkpoints"
@@ -224,7 +228,7 @@ def run_relative(
     climb out with '..'."""
     normal = os.path.normpath(value)
     if normal == ".." or normal.startswith("../"):
-        msg = f"{value!r} climbs out of the job's run directory with '..'"
+        msg = f"{shown(value)} climbs out of the job's run directory with '..'"
         return None, [FieldError(loc, msg, own_places_fix(roots, runs_dir, scope))]
     return normal, []
 
@@ -245,12 +249,18 @@ def _latest(root: Path, job: str, roots: list[Path]) -> tuple[Path | None, list[
     loc, pointer = "restore_from.job", root / LATEST_FILE
     if not os.path.lexists(pointer):
         fix = f"give restore_from.step, or wait until job {job} saves a checkpoint"
-        return None, [FieldError(loc, f"job {job} has no checkpoint yet ({pointer})", fix)]
+        return None, [
+            FieldError(loc, f"job {job} has no checkpoint yet ({shown(str(pointer))})", fix)
+        ]
     data, errors = read_bounded(pointer, loc, roots, LATEST_CAP)
     name = data.decode("utf-8", "replace").strip() if data is not None else ""
     if data is not None and not STEP_DIR.match(name):
         fix = "give restore_from.step"
-        errors = [FieldError(loc, f"{pointer} names {name[:80]!r}, not a step directory", fix)]
+        errors = [
+            FieldError(
+                loc, f"{shown(str(pointer))} names {shown(name, 80)}, not a step directory", fix
+            )
+        ]
     return (root / name, []) if not errors else (None, errors)
 
 

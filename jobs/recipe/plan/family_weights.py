@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from jobs.recipe.errors import shown
 from jobs.recipe.load.limits import MAX_MODEL_SIZES
 
 WeightKind = Literal["linear", "experts", "embedding", "vector"]
@@ -71,7 +72,7 @@ def size(config: Any, name: str, default: Any = None) -> int:
     value = cfg(config, name, default)
     limit = MAX_MODEL_SIZES[name]
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit:
-        raise ValueError(f"config {name} must be a positive integer <= {limit}, got {value!r}")
+        raise ValueError(f"config {name} must be a positive integer <= {limit}, got {shown(value)}")
     return value
 
 

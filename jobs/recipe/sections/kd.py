@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import FieldError, shown
 
 KD_RECIPE = "llm_kd"
 KD_KEYS = ("teacher_model", "kd_loss_fn", "kd_ratio")
@@ -57,9 +57,9 @@ def check_kd_ratio(value: Any, recipe: str) -> tuple[float | None, list[FieldErr
         return DEFAULT_KD_RATIO, []
     fix = "set kd_ratio between 0 (pure cross entropy) and 1 (pure distillation)"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None, [FieldError("kd_ratio", f"must be a number, got {value!r}", fix)]
+        return None, [FieldError("kd_ratio", f"must be a number, got {shown(value)}", fix)]
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        return None, [FieldError("kd_ratio", f"must be in [0, 1], got {value!r}", fix)]
+        return None, [FieldError("kd_ratio", f"must be in [0, 1], got {shown(value)}", fix)]
     return float(value), []
 
 
@@ -70,9 +70,9 @@ def check_kd_loss(section: dict[str, Any]) -> list[FieldError]:
         return []
     fix = "set kd_loss_fn.temperature to a positive number such as 1.0 or 2.0"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return [FieldError("kd_loss_fn.temperature", f"must be a number, got {value!r}", fix)]
+        return [FieldError("kd_loss_fn.temperature", f"must be a number, got {shown(value)}", fix)]
     if not math.isfinite(value) or value <= 0:
-        return [FieldError("kd_loss_fn.temperature", f"must be > 0, got {value!r}", fix)]
+        return [FieldError("kd_loss_fn.temperature", f"must be > 0, got {shown(value)}", fix)]
     return []
 
 

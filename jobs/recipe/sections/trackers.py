@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import QUOTE_MAX, FieldError, clip, shown
 from jobs.recipe.load.schema_errors import field_errors
 from jobs.recipe.paths.roots import check_checkpoint_path
 from jobs.recipe.paths.scope import JobScope, owner_errors
@@ -198,7 +198,7 @@ def _wandb_errors(section: dict[str, Any], rules: PathRules) -> list[FieldError]
     run_id = section["id"]
     if run_id is not None and not RUN_ID.match(run_id):
         fix = "use at most 128 letters, digits, '-', '_' or '.'"
-        errors.append(FieldError("wandb.id", f"{run_id!r} is not a W&B run id", fix))
+        errors.append(FieldError("wandb.id", f"{shown(run_id)} is not a W&B run id", fix))
     return errors
 
 
@@ -232,19 +232,21 @@ def _tracking_uri(value: str, rules: PathRules) -> tuple[str, list[FieldError]]:
     if value.lower() in HOSTED_STORES:  # MLflow reads these names as stores, not as paths
         scheme = value.lower()
     if scheme.startswith(DATABASE_SCHEMES):
-        msg = f"a {scheme} tracking store puts its password in the recipe"
+        msg = f"a {clip(scheme, QUOTE_MAX)} tracking store puts its password in the recipe"
         fix = "run an MLflow tracking server and give its http(s) URI, or set "
         fix += "MLFLOW_TRACKING_URI in the worker's environment"
         return value, [FieldError(loc, msg, fix)]
     if scheme == "sqlite":
         if not value.startswith("sqlite:///") or parts.query or len(value) == len("sqlite:///"):
-            msg = f"{value!r} is not a sqlite database file (sqlite:///<path>)"
+            msg = f"{shown(value)} is not a sqlite database file (sqlite:///<path>)"
             return value, [FieldError(loc, msg, fix)]
         path, errors = _written_path(value[len("sqlite:///") :], loc, rules)
         return f"sqlite:///{path}", errors
     if scheme in ("", "file"):
         return _file_uri(value, loc, rules, fix)
-    return value, [FieldError(loc, f"{scheme}: is not a tracking store tuneyard runs", fix)]
+    return value, [
+        FieldError(loc, f"{clip(scheme, QUOTE_MAX)}: is not a tracking store tuneyard runs", fix)
+    ]
 
 
 def _artifact_location(value: str, rules: PathRules) -> tuple[str, list[FieldError]]:
@@ -256,7 +258,9 @@ def _artifact_location(value: str, rules: PathRules) -> tuple[str, list[FieldErr
         return _file_uri(value, loc, rules, fix)
     accepted = ", ".join(sorted(ARTIFACT_SCHEMES))
     fix = f"give a local path or a URI of one of {accepted}"
-    return value, [FieldError(loc, f"{scheme}: is not an artifact store tuneyard knows", fix)]
+    return value, [
+        FieldError(loc, f"{clip(scheme, QUOTE_MAX)}: is not an artifact store tuneyard knows", fix)
+    ]
 
 
 def _server_errors(value: str, loc: str) -> list[FieldError]:
@@ -267,7 +271,7 @@ def _server_errors(value: str, loc: str) -> list[FieldError]:
         fix += "(or MLFLOW_TRACKING_TOKEN) in the worker's environment"
         return [FieldError(loc, msg, fix)]
     if parts.scheme.lower() in ("http", "https") and not parts.hostname:
-        return [FieldError(loc, f"{value!r} names no host", f"give {loc} as http(s)://host")]
+        return [FieldError(loc, f"{shown(value)} names no host", f"give {loc} as http(s)://host")]
     return []
 
 
@@ -278,7 +282,9 @@ def _file_uri(value: str, loc: str, rules: PathRules, fix: str) -> tuple[str, li
         return f"file:{path}", errors
     parts = urlsplit(value)
     if parts.netloc not in ("", "localhost"):
-        msg = f"{value!r} names host {parts.netloc!r}; a file store is local to the worker"
+        msg = (
+            f"{shown(value)} names host {shown(parts.netloc)}; a file store is local to the worker"
+        )
         return value, [FieldError(loc, msg, fix)]
     raw = unquote(parts.path if value[5:].startswith("//") else value[5:])
     path, errors = _written_path(raw, loc, rules)
@@ -296,7 +302,9 @@ def _written_path(value: str, loc: str, rules: PathRules) -> tuple[str, list[Fie
     if not raw.is_absolute():
         normal = os.path.normpath(raw)
         if normal == ".." or normal.startswith(f"..{os.sep}"):
-            return value, [FieldError(loc, f"{value!r} escapes the run directory with '..'", fix)]
+            return value, [
+                FieldError(loc, f"{shown(value)} escapes the run directory with '..'", fix)
+            ]
         return normal, []
     roots, runs = rules.settings.allowed_checkpoint_roots(), rules.settings.resolved_runs_dir
     errors = owner_errors(str(raw), loc, roots, runs, rules.scope)  # with a scope: its own

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import FieldError, shown
 from jobs.recipe.load import limits
 from jobs.recipe.load.plain import is_number
 from jobs.recipe.paths.data import DATASET_NAME_KEYS, spec_of
@@ -20,7 +20,7 @@ def check_optimizer(optimizer: dict[str, Any]) -> list[FieldError]:
     if lr is not None and (not is_number(lr) or lr <= 0):
         return [
             FieldError(
-                "optimizer.lr", f"must be a number > 0, got {lr!r}", "set optimizer.lr: 1.0e-5"
+                "optimizer.lr", f"must be a number > 0, got {shown(lr)}", "set optimizer.lr: 1.0e-5"
             )
         ]
     return []
@@ -37,7 +37,7 @@ def check_lr_scheduler(
         errors.append(
             FieldError(
                 "lr_scheduler.min_lr",
-                f"must be a number >= 0, got {min_lr!r}",
+                f"must be a number >= 0, got {shown(min_lr)}",
                 "set lr_scheduler.min_lr: 0.0",
             )
         )
@@ -73,7 +73,7 @@ def _step_count_errors(scheduler: dict[str, Any], key: str, low: int) -> list[Fi
         FieldError(
             f"lr_scheduler.{key}",
             f"must be an integer from {low} to at most {limits.at_most(limits.MAX_STEPS)}, "
-            f"got {value!r}",
+            f"got {shown(value)}",
             f"set lr_scheduler.{key} to an integer from {low} to {limits.MAX_STEPS}",
         )
     ]
@@ -180,7 +180,8 @@ def check_dataset_values(section: dict[str, Any], loc: str) -> list[FieldError]:
             errors.append(
                 FieldError(
                     f"{loc}.{key}",
-                    f"must be a positive integer of at most {limits.at_most(most)}, got {value!r}",
+                    f"must be a positive integer of at most {limits.at_most(most)}, "
+                    f"got {shown(value)}",
                     f"set {loc}.{key} to a positive integer <= {most}",
                 )
             )

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean
+from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean, shown
 from jobs.recipe.load.plain import LEAVES
 from jobs.recipe.load.schema_errors import field_errors
 from jobs.recipe.targets.loader_kwargs import override_keyword_errors
@@ -96,7 +96,9 @@ def resolve_target(name: object, loc: str) -> TargetSpec:
         return spec
     hint = did_you_mean(name, TARGETS)
     fix = hint or "use one of: " + ", ".join(sorted(CANONICAL))
-    raise RecipeInvalid([FieldError(loc, f"{name!r} is refused: {_refusal_reason(name)}", fix)])
+    raise RecipeInvalid(
+        [FieldError(loc, f"{shown(name)} is refused: {_refusal_reason(name)}", fix)]
+    )
 
 
 def load_callable(spec: TargetSpec) -> Any:
@@ -272,7 +274,7 @@ def _check_kwargs(spec: TargetSpec, kwargs: Mapping[str, Any], loc: str) -> list
             errors.append(
                 FieldError(
                     f"{loc}.{key}",
-                    f"{spec.name} takes no argument {key!r}",
+                    f"{spec.name} takes no argument {shown(key)}",
                     hint or "accepted: " + ", ".join(sorted(spec.params)),
                 )
             )

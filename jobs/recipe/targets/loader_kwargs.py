@@ -31,7 +31,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import FieldError, shown
 from jobs.recipe.targets.spec import TargetSpec
 from jobs.recipe.targets.table import TARGETS
 
@@ -161,9 +161,11 @@ def _refusal(spec: TargetSpec, key: object, value: Any, loc: str) -> FieldError:
         why, fix = LOADER_OPTIONS[str(key)]
         if key == "device_map" and _places_on_disk(value):
             why = "offloads weights to disk, into a folder that the data roots do not confine"
-        return FieldError(loc, f"{key!r} is a model-loader option tuneyard refuses: it {why}", fix)
+        return FieldError(
+            loc, f"{shown(key)} is a model-loader option tuneyard refuses: it {why}", fix
+        )
     msg = (
-        f"{key!r} is not a keyword of {spec.name} nor a config attribute name (a letter, "
+        f"{shown(key)} is not a keyword of {spec.name} nor a config attribute name (a letter, "
         "then letters, digits and underscores)"
     )
     return FieldError(loc, msg, "remove it, or name an attribute of the model's config.json")

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from jobs.recipe.errors import shown
 from jobs.recipe.targets.spec import TargetSpec, spec
 
 _LLM = "nemo_automodel.components.datasets.llm"
@@ -60,7 +61,7 @@ def _blend_errors(value: Any) -> str | None:
             return f"item {2 * i} should be a weight >= 0 (blends alternate weight, prefix)"
     for i, prefix in enumerate(prefixes):
         if not isinstance(prefix, str) or not prefix or _GLOB & set(prefix):
-            return f"item {2 * i + 1} should be a prefix string, not {prefix!r}"
+            return f"item {2 * i + 1} should be a prefix string, not {shown(prefix)}"
     if sum(float(w) for w in weights) <= 0:
         return "the blend weights sum to 0"
     return None

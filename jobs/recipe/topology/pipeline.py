@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import FieldError, shown
 
 SINGLE_STAGE_SCHEDULES = ("1f1b", "gpipe")
 LOOPED_SCHEDULES = ("interleaved1f1b", "loopedbfs")
@@ -63,7 +63,7 @@ def _schedule_errors(config: dict[str, Any], step: dict[str, Any], pp: int) -> l
             if schedule in ZERO_BUBBLE_SCHEDULES
             else "V-shaped stage placement"
         )
-        msg = f"schedule {schedule!r} ({why}) {NOT_WIRED}"
+        msg = f"schedule {shown(schedule)} ({why}) {NOT_WIRED}"
         return [FieldError(loc, msg, f"use one of {choices}")]
     size, local = int(config.get("pp_microbatch_size") or 1), step.get("local_batch_size")
     if not isinstance(local, int):
@@ -98,7 +98,8 @@ def _conflicts(recipe: dict[str, Any], distributed: dict[str, Any]) -> list[tupl
         (
             "distributed.strategy",
             distributed.get("strategy") != "fsdp2",
-            f"strategy {distributed.get('strategy')!r} {NOT_WIRED} (stages are sharded with fsdp2)",
+            f"strategy {shown(distributed.get('strategy'))} {NOT_WIRED} "
+            "(stages are sharded with fsdp2)",
         ),
         (
             "distributed.sequence_parallel",
@@ -131,7 +132,7 @@ def _conflicts(recipe: dict[str, Any], distributed: dict[str, Any]) -> list[tupl
         (
             "model.attn_implementation",
             attn not in _NATIVE_ATTENTION,
-            f"attn_implementation {attn!r} {hf_class}",
+            f"attn_implementation {shown(attn)} {hf_class}",
         ),
     ]
     return [(loc, msg) for loc, refused, msg in conflicts if refused]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import FieldError, shown
 from jobs.recipe.load.limits import MAX_PARALLEL_SIZE, MAX_WORLD_SIZE, at_most
 
 LOC = "distributed"
@@ -46,7 +46,7 @@ def size_errors(sizes: ParallelismSizes) -> list[FieldError]:
             errors.append(
                 _err(
                     name,
-                    f"must be a positive integer{extra}, got {value!r}",
+                    f"must be a positive integer{extra}, got {shown(value)}",
                     f"set {LOC}.{name}: {'auto' if extra else 1}",
                 )
             )
@@ -195,7 +195,7 @@ def activation_checkpointing_errors(strategy: str, mode: object) -> list[FieldEr
         return [
             _err(
                 "activation_checkpointing",
-                f"must be false, true, 'full' or 'selective', got {mode!r}",
+                f"must be false, true, 'full' or 'selective', got {shown(mode)}",
                 f"set {LOC}.activation_checkpointing: true",
             )
         ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import FieldError, shown
 from jobs.recipe.topology.rules import SIZE_FIELDS, ParallelismSizes, check_topology
 from jobs.recipe.topology.setup import (
     LOC,
@@ -57,7 +57,7 @@ def _split_section(section: dict[str, Any]) -> tuple[dict[str, Any], list[FieldE
             errors.append(
                 FieldError(
                     f"{LOC}._target_",
-                    f"{target!r} is not a strategy manager",
+                    f"{shown(target)} is not a strategy manager",
                     f"remove it and set {LOC}.strategy: fsdp2, megatron_fsdp or ddp",
                 )
             )

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean
+from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean, shown
 from jobs.recipe.load import limits
 from jobs.recipe.load.plain import field_names
 from jobs.recipe.load.schema_errors import field_errors
@@ -60,7 +60,9 @@ def normalize_ac_scope(value: Any) -> tuple[str, ...]:
     scopes = []
     for part in (p.strip().lower() for p in parts):
         if part not in AC_SCOPES:
-            raise ValueError(f"unknown scope {part!r} | fix: use one of {', '.join(AC_SCOPES)}")
+            raise ValueError(
+                f"unknown scope {shown(part)} | fix: use one of {', '.join(AC_SCOPES)}"
+            )
         if part not in scopes:
             scopes.append(part)
     if "all" in scopes and len(scopes) > 1:
@@ -194,7 +196,7 @@ def resolve_strategy(
         return None, [
             FieldError(
                 f"{LOC}.strategy",
-                f"unknown strategy {strategy!r}",
+                f"unknown strategy {shown(strategy)}",
                 "use fsdp2, megatron_fsdp or ddp" + (f" ({hint})" if hint else ""),
             )
         ]

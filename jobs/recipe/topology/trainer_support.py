@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import FieldError, shown
 from jobs.recipe.topology.pipeline import parallel_size, pipeline_errors
 
 BACKEND_OF = {"cuda": "nccl", "cpu": "gloo"}
@@ -40,7 +40,7 @@ def _parallelism_errors(distributed: dict[str, Any], accelerator: str) -> list[F
     if strategy == "megatron_fsdp":
         errors.append(_megatron_fsdp_error(accelerator))
     elif strategy not in (None, "fsdp2", "ddp"):
-        msg = f"strategy {strategy!r} {NOT_YET}"
+        msg = f"strategy {shown(strategy)} {NOT_YET}"
         errors.append(FieldError("distributed.strategy", msg, "use strategy: fsdp2 or ddp"))
     if strategy == "ddp" and parallel_size(distributed, "tp_size") > 1:
         msg = "DDP replicates whole models and cannot shard them for tensor parallelism"
@@ -86,7 +86,7 @@ def _context_parallel_conflicts(
         (
             "model.attn_implementation",
             attn not in (None, "sdpa"),
-            f"attn_implementation {attn!r} loads the Hugging Face class, {no_cp_attention}",
+            f"attn_implementation {shown(attn)} loads the Hugging Face class, {no_cp_attention}",
         ),
         (
             "compile.enabled",
@@ -177,8 +177,9 @@ def _checkpoint_errors(checkpoint: dict[str, Any]) -> list[FieldError]:
     errors = []
     if checkpoint.get("model_save_format", "safetensors") != "safetensors":
         msg = (
-            f"model_save_format {checkpoint['model_save_format']!r} {NOT_YET}: checkpoints are "
-            "consolidated Hugging Face safetensors (loadable by transformers and peft)"
+            f"model_save_format {shown(checkpoint['model_save_format'])} {NOT_YET}: "
+            "checkpoints are consolidated Hugging Face safetensors (loadable by transformers "
+            "and peft)"
         )
         errors.append(
             FieldError("checkpoint.model_save_format", msg, "set model_save_format: safetensors")

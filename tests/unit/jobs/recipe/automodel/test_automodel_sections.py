@@ -124,6 +124,15 @@ def test_an_image_text_model_is_a_vlm_recipe_whatever_recipe_says(validate, am_r
     assert error.msg.startswith("VLM fine-tuning (FinetuneRecipeForVLM) is not supported")
 
 
+@pytest.mark.parametrize(
+    "target", ["AutoModelForVision2Seq", "transformers.AutoModelForVision2Seq"]
+)
+def test_a_loader_named_without_a_method_names_itself(validate, am_recipe, target):
+    am_recipe["model"]["_target_"] = target
+    error = error_at(validate(am_recipe), "recipe")
+    assert error.msg.endswith("model._target_ loads AutoModelForVision2Seq")
+
+
 def test_a_vlm_recipe_class_is_answered_alone(validate, am_recipe):
     am_recipe["recipe"] = {"_target_": f"{AM}.recipes.vlm.finetune.FinetuneRecipeForVLM"}
     am_recipe["freeze_config"] = {"freeze_vision_tower": True}
