@@ -226,9 +226,14 @@ def train(run: TrainingRun, log: RunLog) -> ExitCode:
     return with_preemption(_train_loop, run, log)
 
 
+def metric_warning(run: TrainingRun, log: RunLog) -> Callable[[str], None]:
+    """A `metric_warning` event at the current step: a figure the run goes on without."""
+    return lambda message: log.event("metric_warning", run.step, metric="mfu", message=message)
+
+
 def _train_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCode:
     schedule = run.recipe.step_scheduler
-    meter = StepMeter(run.model, run.env.device, run.env.world_size)
+    meter = StepMeter(run.model, run.env.device, run.env.world_size, warn=metric_warning(run, log))
     _announce_start(run, log)
     rows = StepRows(log.run_dir, run.env.is_rank0)  # which dataset rows made each step
     guard = DivergenceGuard(run.recipe.recovery, rows)

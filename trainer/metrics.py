@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -246,20 +247,38 @@ class StepMeter:
 
     FLOPs per token come from the architecture (`models.hooks.model_flops_per_token`; with
     LoRA adapters the frozen base costs forward + input gradient); MFU is null where the
-    device's peak for the compute dtype is unknown, CPU included.
+    device's peak for the compute dtype is unknown, CPU included. A metric never stops a
+    run: a config the FLOP counter cannot read (per-layer sizes it does not know) leaves MFU
+    null for the run, reported once through `warn`.
     """
 
-    def __init__(self, model: Any, device: torch.device, world_size: int):
+    def __init__(
+        self,
+        model: Any,
+        device: torch.device,
+        world_size: int,
+        warn: Callable[[str], None] | None = None,
+    ):
         self.config = getattr(model, "config", None)
         self.device, self.world_size = device, world_size
         self.adapters = lora_adapter_params(model)
+        self.warn = warn
         peak = device_peak_flops(device, compute_dtype(model))
         self.peak = peak * world_size if peak is not None else None
 
     def flops_per_token(self, seq_len: int) -> float | None:
         if self.config is None:
             return None
-        return model_flops_per_token(self.config, seq_len, lora=self.adapters)
+        try:
+            return model_flops_per_token(self.config, seq_len, lora=self.adapters)
+        except Exception as exc:  # noqa: BLE001 - training goes on without the figure
+            self.config = None  # not counted again: mfu stays null for this run
+            if self.warn is not None:
+                self.warn(
+                    f"FLOPs per token could not be counted for this model's config "
+                    f"({type(exc).__name__}: {str(exc)[:300]}); mfu is null for this run"
+                )
+            return None
 
     def train_record(
         self,

@@ -104,3 +104,28 @@ def test_compute_dtype_is_fsdp2s_mixed_precision_param_dtype(monkeypatch):
         assert metrics.compute_dtype(model) == torch.bfloat16
     finally:
         dist.destroy_process_group()
+
+
+def test_a_config_the_flop_counter_cannot_read_leaves_mfu_null_and_warns_once(monkeypatch):
+    """A per-layer size the counter does not know (Gemma-4's per-layer head_dim raises on
+    the global read) must not stop the run: mfu is null, one warning says why."""
+    from transformers import LlamaForCausalLM
+
+    class PerLayerHeadDim(type(tiny_llama_config())):
+        @property
+        def head_dim(self):
+            raise ValueError("head_dim differs per layer; read layer_types[i]")
+
+        @head_dim.setter
+        def head_dim(self, value):
+            pass
+
+    model = LlamaForCausalLM(tiny_llama_config())
+    model.config.__class__ = PerLayerHeadDim
+    monkeypatch.setattr(metrics, "device_peak_flops", lambda device, dtype: 1e9)
+    warnings: list[str] = []
+    meter = metrics.StepMeter(model, torch.device("cpu"), world_size=1, warn=warnings.append)
+    for step in (1, 2):
+        record = meter.train_record(step, 0, 2.0, 1.0, 1e-3, tokens=256, seq_len=64, start=0.0)
+        assert record.mfu is None and record.tps > 0
+    assert len(warnings) == 1 and "ValueError: head_dim differs per layer" in warnings[0]
