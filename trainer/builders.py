@@ -120,13 +120,15 @@ def apply_peft(model: nn.Module, peft: Peft | None) -> nn.Module:
     excluded = list(peft.exclude_modules or [])
     if targets_ == "all-linear":  # peft spares the output layer of transformers classes only
         excluded += _output_layer_names(model)
+    # Globs become one regex, as for target_modules: peft reads a list as name suffixes.
+    excluded_ = lora_targets(excluded) if excluded else None
     try:
         config = LoraConfig(
             r=peft.dim,
             lora_alpha=peft.alpha,
             lora_dropout=peft.dropout,
             target_modules=targets_,
-            exclude_modules=excluded or None,
+            exclude_modules=excluded_,
             use_dora=peft.use_dora,
             task_type="CAUSAL_LM",
         )

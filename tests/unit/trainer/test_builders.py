@@ -95,6 +95,30 @@ def test_lora_glob_wraps_the_projections_of_a_tiny_model() -> None:
     assert any(n.endswith("mlp.down_proj") for n in lora)
 
 
+@pytest.mark.parametrize(
+    ("exclude", "spared"),
+    [
+        (["*.mlp.*"], "mlp."),
+        (["*o_proj"], "o_proj"),
+        (["model.layers.0.self_attn.*"], "self_attn."),
+    ],
+)
+def test_lora_exclude_globs_are_read_like_target_globs(exclude, spared) -> None:
+    """`exclude_modules: ["*.mlp.*"]` excludes what the glob matches (peft alone would read
+    it as a name suffix and exclude nothing)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from jobs.recipe.typed import Peft
+    from trainer.builders import apply_peft
+
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
+                         num_hidden_layers=1, num_attention_heads=2)  # fmt: skip
+    peft = Peft(["*_proj"], exclude, False, 4, 8.0, 0.0, "post", False, False)
+    wrapped = apply_peft(LlamaForCausalLM(config), peft)
+    lora = {n.rsplit(".lora_A", 1)[0] for n, _ in wrapped.named_parameters() if ".lora_A" in n}
+    assert lora and not [n for n in lora if spared in n], sorted(lora)
+
+
 def test_all_linear_lora_spares_the_output_layer_of_native_models(tiny_dir) -> None:
     from jobs.recipe.typed import Peft
     from models import AutoModelForCausalLM
