@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 from recipe_asserts import TINY_LLAMA_PARAMS, error_at
+
+from jobs.recipe.validation import validate_job
 
 FROM_CONFIG = "tuneyard.models.AutoModelForCausalLM.from_config"
 AUTO_CONFIG = "transformers.AutoConfig.from_pretrained"
@@ -119,3 +122,24 @@ def test_a_size_override_past_its_maximum_is_refused_at_its_field(
     nested = {"_target_": AUTO_CONFIG, "pretrained_model_name_or_path": source, key: limit + 1}
     recipe["model"] = {"_target_": FROM_CONFIG, "config": nested}
     error_at(validate(recipe), f"model.config.{key}")
+
+
+@pytest.mark.parametrize(
+    "loader", [FROM_CONFIG, "tuneyard.models.AutoModelForCausalLM.from_pretrained"]
+)
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("trust_remote_code", True), ("torch_dtype", "bfloat16"), ("attn_implementation", "sdpa")],
+)
+def test_loader_keywords_are_never_config_overrides(
+    validate, settings, recipe, model_dir, loader, key, value
+):
+    """With the config readable, a loader's own keyword is not checked as a config
+    attribute ("config has no attribute 'trust_remote_code'"); remote code is then only a
+    question of the grant."""
+    source = "config" if loader == FROM_CONFIG else "pretrained_model_name_or_path"
+    recipe["model"] = {"_target_": loader, source: str(model_dir), key: value}
+    granted = settings.model_copy(update={"allow_remote_code": True})
+    result = validate_job(copy.deepcopy(recipe), settings=granted)
+    assert not [e for e in result.errors if "has no attribute" in e.msg], result.errors
+    assert f"model.{key}" not in _warnings(result)
