@@ -1,9 +1,11 @@
-"""What the API bounds before a route sees a request: the body's size and its JSON numbers.
+"""What the API bounds before a route sees a request: the body's size and time, its JSON numbers.
 
-`BodyLimitMiddleware` refuses a body over `TUNEYARD_MAX_BODY_BYTES` with a 413 in the API's
+`BodyMiddleware` refuses a body over `TUNEYARD_MAX_BODY_BYTES` with a 413 in the API's
 error shape. It trusts no header: a declared Content-Length over the limit is answered at
 once, without reading the body, and the bytes of every body (chunked ones too) are counted
-as they arrive, so reading stops at the limit instead of after the whole upload.
+as they arrive, so reading stops at the limit instead of after the whole upload. It answers
+408 and closes the connection when a body is still not complete
+`TUNEYARD_BODY_TIMEOUT_SECONDS` after its request's headers.
 
 `BoundedJsonRoute` parses JSON bodies so that every number stays a value the recipe bounds
 can judge: an integer of thousands of digits becomes a `Refused` marker (Python's parser
@@ -18,6 +20,7 @@ import json
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import anyio
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
@@ -30,16 +33,38 @@ from jobs.recipe.load.bounds import Refused, bounded_int
 TOO_LARGE = "content_too_large"
 
 
-class BodyTooLarge(HTTPException):
-    """Raised from `receive` once a body passes the limit. An HTTPException, so FastAPI's
-    body parsing lets it through and the app's handler answers it in the error shape."""
+class BodyRefused(HTTPException):
+    """Raised from `receive` when a body passes the size limit (413) or its deadline (408).
+    An HTTPException, so FastAPI's body parsing lets it through to `answer_body_refused`;
+    `Connection: close` makes uvicorn drop the connection instead of reading on."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(
-            413,
-            f"the request body is larger than {limit} bytes; send a "
-            "smaller body (a recipe is a few KB)",
-        )
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(status, detail, headers={"Connection": "close"})
+        self.code = code
+
+
+def body_too_large(limit: int) -> BodyRefused:
+    return BodyRefused(
+        413,
+        TOO_LARGE,
+        f"the request body is larger than {limit} bytes; send a smaller body (a recipe is "
+        "a few KB)",
+    )
+
+
+def body_overdue(seconds: float) -> BodyRefused:
+    return BodyRefused(
+        408,
+        "request_timeout",
+        f"the request body did not arrive within {seconds:g}s of its headers; send it at once "
+        "(TUNEYARD_BODY_TIMEOUT_SECONDS on the server)",
+    )
+
+
+async def answer_body_refused(_: Request, exc: Exception) -> JSONResponse:
+    """The refusal in the API's error shape, closing the connection."""
+    assert isinstance(exc, BodyRefused)
+    return JSONResponse(error_body(exc.code, str(exc.detail)), exc.status_code, exc.headers)
 
 
 def _declared_length(scope: Scope) -> int | None:
@@ -52,19 +77,14 @@ def _declared_length(scope: Scope) -> int | None:
     return None
 
 
-class BodyLimitMiddleware:
-    """413 for a request body over `max_bytes`, counted as it streams."""
+class BodyMiddleware:
+    """413 for a body over `max_bytes`, counted as it streams; 408 for a body not complete
+    `seconds` after the request reached the app."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, seconds: float) -> None:
         self.app = app
         self.max_bytes = max_bytes
-
-    async def refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        message = str(BodyTooLarge(self.max_bytes).detail)
-        response = JSONResponse(
-            error_body(TOO_LARGE, message), status_code=413, headers={"Connection": "close"}
-        )
-        await response(scope, receive, send)
+        self.seconds = seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,17 +92,25 @@ class BodyLimitMiddleware:
             return
         declared = _declared_length(scope)
         if declared is not None and declared > self.max_bytes:
-            await self.refuse(scope, receive, send)
+            await self.refuse(body_too_large(self.max_bytes), scope, receive, send)
             return
-        received, started = 0, False
+        deadline = anyio.current_time() + self.seconds
+        received, body_done, started = 0, False, False
 
-        async def counted_receive() -> Message:
-            nonlocal received
-            message = await receive()
+        async def guarded_receive() -> Message:
+            nonlocal received, body_done
+            if body_done:  # after the body only a disconnect comes: no deadline on that
+                return await receive()
+            try:
+                with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
+                    message = await receive()
+            except TimeoutError:
+                raise body_overdue(self.seconds) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
-                    raise BodyTooLarge(self.max_bytes)
+                    raise body_too_large(self.max_bytes)
+            body_done = message["type"] != "http.request" or not message.get("more_body")
             return message
 
         async def watched_send(message: Message) -> None:
@@ -91,11 +119,15 @@ class BodyLimitMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, counted_receive, watched_send)
-        except BodyTooLarge:
+            await self.app(scope, guarded_receive, watched_send)
+        except BodyRefused as exc:
             if started:  # a streaming route read on after answering: nothing left to say
                 raise
-            await self.refuse(scope, receive, send)
+            await self.refuse(exc, scope, receive, send)
+
+    @staticmethod
+    async def refuse(exc: BodyRefused, scope: Scope, receive: Receive, send: Send) -> None:
+        await (await answer_body_refused(Request(scope), exc))(scope, receive, send)
 
 
 def _refuse_constant(name: str) -> Refused:

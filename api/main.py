@@ -25,16 +25,13 @@ from sqlalchemy.orm import sessionmaker
 
 from api.docs import mount_docs
 from api.errors import COMMON_ERRORS, install_error_handlers
-from api.limits import BodyLimitMiddleware
+from api.limits import BodyMiddleware, BodyRefused, answer_body_refused
 from api.middleware import (
     AccessLogMiddleware,
-    BodyTimeout,
-    BodyTimeoutMiddleware,
     KeyInQueryMiddleware,
     RequestIdMiddleware,
     SecurityHeadersMiddleware,
     UnexpectedErrorMiddleware,
-    answer_body_timeout,
 )
 from api.prometheus import MetricsMiddleware
 from api.routes import jobs, projects, steps, system, telemetry
@@ -129,10 +126,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.capacity_cache_seconds, settings.worker_live_seconds
     )
     install_error_handlers(app)
-    app.add_exception_handler(BodyTimeout, answer_body_timeout)
+    app.add_exception_handler(BodyRefused, answer_body_refused)
     # Inside the metrics middleware, so a refused body still counts as a 413 (or 408).
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(BodyTimeoutMiddleware, seconds=settings.body_timeout_seconds)
+    app.add_middleware(
+        BodyMiddleware,
+        max_bytes=settings.max_body_bytes,
+        seconds=settings.body_timeout_seconds,
+    )
     app.add_middleware(KeyInQueryMiddleware)
     app.add_middleware(UnexpectedErrorMiddleware)
     app.add_middleware(MetricsMiddleware)

@@ -1,5 +1,5 @@
 """ASGI middlewares that wrap every request: the request id, the access log, security
-headers, refusing keys in URLs, the body's deadline and the last-resort 500.
+headers, refusing keys in URLs and the last-resort 500 (`api.limits` bounds the body).
 
 `RequestIdMiddleware` takes the caller's `X-Request-ID` (a short printable token) or makes
 one, puts it in the log context (`jobs.store.log_context`) so every log line of the request
@@ -13,9 +13,6 @@ naming the header to use: a URL ends up in access logs, proxies and browser hist
 `SecurityHeadersMiddleware` adds to every answer a same-origin Content-Security-Policy, and
 the headers that forbid framing, MIME sniffing and sending the page's URL as a referrer. An
 answer that sets its own policy (the API docs pages) keeps it.
-
-`BodyTimeoutMiddleware` answers 408 and closes the connection when a body is still not
-complete `TUNEYARD_BODY_TIMEOUT_SECONDS` after its request's headers.
 
 `UnexpectedErrorMiddleware` turns an exception no handler took into the API's 500 shape
 and does not re-raise it. Starlette's outermost error middleware re-raises after answering,
@@ -31,10 +28,7 @@ import time
 import uuid
 from urllib.parse import parse_qsl
 
-import anyio
-from fastapi import Request
 from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_body
@@ -222,62 +216,3 @@ class SecurityHeadersMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
-
-
-class BodyTimeout(HTTPException):
-    """Raised from `receive` once a body is overdue. An HTTPException, so FastAPI's body
-    parsing lets it through to `answer_body_timeout`."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(
-            408,
-            f"the request body did not arrive within {seconds:g}s of its headers; send it "
-            "at once (TUNEYARD_BODY_TIMEOUT_SECONDS on the server)",
-            headers={"Connection": "close"},
-        )
-
-
-async def answer_body_timeout(_: Request, exc: Exception) -> JSONResponse:
-    """408 in the API's error shape; `Connection: close` makes uvicorn drop the connection
-    instead of reading on."""
-    assert isinstance(exc, BodyTimeout)
-    return JSONResponse(error_body("request_timeout", str(exc.detail)), 408, exc.headers)
-
-
-class BodyTimeoutMiddleware:
-    """408 for a request body not complete `seconds` after the request reached the app."""
-
-    def __init__(self, app: ASGIApp, seconds: float) -> None:
-        self.app = app
-        self.seconds = seconds
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        deadline = anyio.current_time() + self.seconds
-        body_done, started = False, False
-
-        async def timed_receive() -> Message:
-            nonlocal body_done
-            if body_done:  # after the body only a disconnect comes: no deadline on that
-                return await receive()
-            try:
-                with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
-                    message = await receive()
-            except TimeoutError:
-                raise BodyTimeout(self.seconds) from None
-            body_done = message["type"] != "http.request" or not message.get("more_body")
-            return message
-
-        async def watched_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, timed_receive, watched_send)
-        except BodyTimeout as exc:
-            if started:  # a route read on after answering: nothing left to say
-                raise
-            await (await answer_body_timeout(Request(scope), exc))(scope, receive, send)

@@ -8,7 +8,7 @@ uvicorn's own httptools protocol, selected through uvicorn's `http=` option, wit
 per request: started when the connection opens or a request's first byte arrives, stopped
 when its headers are complete. When it fires the client gets a 408 and the connection is
 closed. The body has its own deadline once the app reads it
-(`api.middleware.BodyTimeoutMiddleware`).
+(`api.limits.BodyMiddleware`).
 
 uvicorn's access log prints each request's query string; `tuneyard api` turns it off and
 `api.middleware.AccessLogMiddleware` writes the same line with the path alone.
