@@ -63,12 +63,17 @@ def _with_policy(page: HTMLResponse) -> HTMLResponse:
     return page
 
 
-async def swagger_page(request: Request) -> HTMLResponse:
+def _urls(request: Request) -> tuple[str, str]:
+    """The schema's URL and the assets' prefix, under the proxy's root path if any."""
     root = request.scope.get("root_path", "").rstrip("/")
-    assets = root + ASSETS_URL
+    return root + (request.app.openapi_url or ""), root + ASSETS_URL
+
+
+async def swagger_page(request: Request) -> HTMLResponse:
+    openapi_url, assets = _urls(request)
     return _with_policy(
         get_swagger_ui_html(
-            openapi_url=root + (request.app.openapi_url or ""),
+            openapi_url=openapi_url,
             title=f"{request.app.title} - Swagger UI",
             swagger_js_url=f"{assets}/{SWAGGER_JS}",
             swagger_css_url=f"{assets}/{SWAGGER_CSS}",
@@ -78,11 +83,10 @@ async def swagger_page(request: Request) -> HTMLResponse:
 
 
 async def redoc_page(request: Request) -> HTMLResponse:
-    root = request.scope.get("root_path", "").rstrip("/")
-    assets = root + ASSETS_URL
+    openapi_url, assets = _urls(request)
     return _with_policy(
         get_redoc_html(
-            openapi_url=root + (request.app.openapi_url or ""),
+            openapi_url=openapi_url,
             title=f"{request.app.title} - ReDoc",
             redoc_js_url=f"{assets}/{REDOC_JS}",
             redoc_favicon_url=f"{assets}/{FAVICON}",
