@@ -7,7 +7,9 @@ overrides) is validated with the same code as `tuneyard validate` (invalid: erro
 exit 2 before any model is built). Then the trainer joins the process group, sets the run
 up and trains.
 Every ending maps to an exit code of `jobs.recipe.exit_codes` and, on rank 0, to a `failed` or
-`finished`/`preempted` event in `D/events.jsonl`; user errors print one clear line.
+`finished`/`preempted` event in `D/events.jsonl`; user errors print one clear line. Every rank
+that fails first writes its own failure record (`trainer.failure_record`): torchrun stops the
+other ranks when one fails, and rank 0 may not live to write its event.
 """
 
 from __future__ import annotations
@@ -64,22 +66,30 @@ def _read_stored(recipe_path: Path) -> object:
 
 
 def _invalid(recipe_path: Path, run_dir: Path, errors: list[str]) -> None:
-    if int(os.environ.get("RANK", "0")) == 0:
+    from trainer.metrics import RunLog
+
+    is_rank0 = int(os.environ.get("RANK", "0")) == 0
+    log = RunLog(run_dir, is_rank0=is_rank0)
+    record_failure(log, 0, ExitCode.INVALID_RECIPE, "; ".join(errors))
+    if is_rank0:  # every rank read the same recipe: one copy of the errors is enough
         print(f"recipe {recipe_path} is invalid:", file=sys.stderr)
         for error in errors:
             print(f"  {error}", file=sys.stderr)
-        from trainer.metrics import RunLog
-
-        record_failure(
-            RunLog(run_dir, is_rank0=True), 0, ExitCode.INVALID_RECIPE, "; ".join(errors)
-        )
     return None
 
 
-def record_failure(log, step: int, code: ExitCode, message: str) -> None:
-    """The `failed` event the worker reads (torchrun itself exits 1 on any rank's failure)."""
-    log.event("failed", step, code=FAILURE_CODES[code], exit_code=int(code), message=message)
-    log.close()
+def record_failure(log, step: int, code: ExitCode, message: str, fix: str = "") -> None:
+    """This rank's failure record, then (rank 0) the `failed` event the worker reads; torchrun
+    itself exits 1 on any rank's failure. A SIGTERM from torchrun waits until both are written."""
+    from trainer.failure_record import rank_failure, sigterm_deferred, write_failure_record
+
+    with sigterm_deferred():
+        write_failure_record(log.run_dir, rank_failure(code, message, fix, step))
+        fields = {"fix": fix} if fix else {}
+        log.event(
+            "failed", step, code=FAILURE_CODES[code], exit_code=int(code), message=message, **fields
+        )
+    log.close()  # the trackers' finish may wait on a network: not held against SIGTERM
 
 
 def loop_for(recipe: Recipe):
@@ -118,15 +128,19 @@ def run(recipe: Recipe, run_dir: Path) -> int:
         log.close()
         return int(code)
     except TrainerError as exc:
-        code, message = exc.exit_code, exc.message
+        code, message, fix, crash = exc.exit_code, exc.message, exc.fix, None
     except torch.OutOfMemoryError as exc:
         code, message = ExitCode.OUT_OF_MEMORY, f"out of memory: {str(exc)[:300]}"
+        fix, crash = "", None
     except Exception as exc:  # noqa: BLE001 - a crash: keep the traceback, exit CRASH
-        traceback.print_exc()
-        code, message = ExitCode.CRASH, f"{type(exc).__name__}: {exc}"
-    record_failure(log, training.step if training is not None else 0, code, message)
-    if env.is_rank0 or code == ExitCode.CRASH:
-        print(f"[rank {env.rank}] error: {message}", file=sys.stderr, flush=True)
+        code, message, fix, crash = ExitCode.CRASH, f"{type(exc).__name__}: {exc}", "", exc
+    # the record before anything else: torchrun may stop this rank at any moment now
+    record_failure(log, training.step if training is not None else 0, code, message, fix)
+    if crash is not None:
+        traceback.print_exception(crash)
+    # every failing rank says so in the log: the rank that saw the cause may not be rank 0
+    suffix = f" (fix: {fix})" if fix else ""
+    print(f"[rank {env.rank}] error: {message}{suffix}", file=sys.stderr, flush=True)
     return int(code)
 
 

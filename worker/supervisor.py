@@ -5,7 +5,9 @@
 transaction (node 0 only; other gang nodes store their logs); every `poll_seconds` it
 renews the lease and reads the job's status, which is how a cancel or pause request
 arrives. A request sends SIGTERM to every process of the attempt and SIGKILL after the
-grace period. When torchrun exits, the files are drained and the outcome is written through
+grace period. When torchrun exits, the files are drained, the ranks' failure records are
+read for the first cause (`worker.rank_failures`: rank 0 may have been stopped before it
+could report a failure another rank saw) and the outcome is written through
 `jobs.orchestration.policy`, with the attempt as fencing token. Database errors are logged and
 retried: records wait in the files, log lines in memory.
 """
@@ -22,8 +24,10 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.orchestration.policy import (
+    FailureCause,
     Outcome,
     classify_exit,
+    first_cause,
     is_outcome_event,
     launch_failure,
     stop_request,
@@ -39,6 +43,7 @@ from worker.config import WorkerConfig
 from worker.executors import AttemptHandle
 from worker.launcher import LaunchSpec, write_recipe
 from worker.logpump import LogPump
+from worker.rank_failures import append_event, clear_failure_records, read_failure_records
 from worker.settle import report_outcome
 from worker.tailer import OffsetStore, read_new_lines
 
@@ -83,6 +88,8 @@ class AttemptSupervisor:
         if self.is_leader:
             write_recipe(self.run_dir, self.claim.recipe)
         executors.stop_older_attempts(self.spec, self.config)
+        if self.is_leader:  # after the older attempt's ranks are gone: none writes one now
+            clear_failure_records(self.run_dir)
         events_path = self.run_dir / "events.jsonl"
         self.state.events_launch_offset = events_path.stat().st_size if events_path.exists() else 0
         started = self._launch()
@@ -103,7 +110,9 @@ class AttemptSupervisor:
                 self.claim.attempt,
             )
             return None
-        outcome = handle.outcome() or classify_exit(returncode, self.state.last_outcome_event)
+        cause = self._failure_cause(returncode) if self.is_leader else None
+        last_event = self.state.last_outcome_event
+        outcome = handle.outcome() or classify_exit(returncode, last_event, cause)
         return self._settle(outcome, returncode) if self.is_leader else outcome
 
     def _launch(self) -> AttemptHandle | Outcome | None:
@@ -307,6 +316,19 @@ class AttemptSupervisor:
                 time.sleep(1.0)
 
     # ---- outcome ----------------------------------------------------------------------
+    def _failure_cause(self, returncode: int) -> FailureCause | None:
+        """The first cause in the ranks' failure records; one rank 0 did not report becomes a
+        `failed` event of the job too (not after a stop request: that ending is the stop)."""
+        if returncode == 0:
+            return None
+        last = self.state.last_outcome_event
+        cause = first_cause(read_failure_records(self.run_dir, self.claim.attempt), last)
+        if cause is None or self.state.stop is not None or cause.reported_in(last):
+            return cause
+        if append_event(self.run_dir / "events.jsonl", cause.as_event(time.time())):
+            self._drain()  # ingested like the trainer's own events, once
+        return cause
+
     def _settle(self, outcome: Outcome, returncode: int | None) -> Outcome | None:
         stop_kind = self.state.stop.kind if self.state.stop else None
         settled = self._retry_db(

@@ -5,9 +5,13 @@ lease expired, the job's status was read while running); the functions here deci
 apply the status through `jobs.orchestration.states.transition`, with the attempt as fencing
 token:
 
-- `classify_exit` reads torchrun's exit code and the trainer's last outcome event into an
-  `Outcome`: user errors fail the job at once, everything else (crash, killed rank,
-  rendezvous timeout, preemption) is an infrastructure failure that is retried.
+- `classify_exit` reads torchrun's exit code, the trainer's last outcome event and the first
+  cause among the ranks' failure records (`first_cause`) into an `Outcome`: user errors fail
+  the job at once, everything else (crash, killed rank, rendezvous timeout, preemption) is an
+  infrastructure failure that is retried.
+- `first_cause` picks, among what each failing rank recorded, the failure that ended the
+  attempt (user errors first, then crashes of a rank's own before those a lost peer caused,
+  then the earliest) and the ranks that reported it.
 - `settle_attempt` writes an attempt's end. A cancel request wins over any outcome; a pause
   request whose attempt finished anyway means the job succeeded; otherwise the outcome's
   verdict decides.
@@ -23,6 +27,7 @@ its id to the broker after committing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -31,7 +36,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from jobs.orchestration.states import transition
-from jobs.recipe.exit_codes import FAILURE_CODES, ExitCode, is_user_error
+from jobs.recipe.exit_codes import (
+    FAILURE_CODES,
+    MESSAGE_MAX,
+    ExitCode,
+    RankFailure,
+    clip_text,
+    is_user_error,
+)
 from jobs.store.status import TERMINAL, JobStatus
 from jobs.store.tables import Job, JobEvent
 
@@ -74,12 +86,129 @@ def _code_name(exit_code: int) -> str:
         return "killed" if exit_code < 0 else f"exit_{exit_code}"
 
 
-def classify_exit(returncode: int, last_event: dict[str, Any] | None) -> Outcome:
+# Crash messages of a rank whose peer went away (gloo, NCCL, sockets): a consequence of
+# another rank's failure, so a rank's own crash is preferred as the cause.
+PEER_LOSS_MARKERS = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "remote process exited",
+    "ncclremoteerror",
+    "communicator was aborted",
+)
+
+
+@dataclass(frozen=True)
+class FailureCause:
+    """The failure that ended an attempt, as the first rank to see it recorded it."""
+
+    code: str  # a FAILURE_CODES value
+    exit_code: int
+    message: str
+    fix: str
+    step: int
+    ranks: tuple[int, ...]  # every rank that recorded this same failure
+    world_size: int
+
+    def describe(self) -> str:
+        """The job's error: `[rank 1] <message> (fix: <fix>)`; no ranks in a one-rank run."""
+        text = f"{self.message} (fix: {self.fix})" if self.fix else self.message
+        return text if self.world_size <= 1 else f"[{_rank_list(self.ranks)}] {text}"
+
+    def reported_in(self, event: dict[str, Any] | None) -> bool:
+        """True when rank 0's last outcome event already reports this cause."""
+        if not event or event.get("event") != "failed" or 0 not in self.ranks:
+            return False
+        message = clip_text(str(event.get("message", "")), MESSAGE_MAX)  # as records clip it
+        return event.get("code") == self.code and message == self.message
+
+    def as_event(self, timestamp: float) -> dict[str, Any]:
+        """The `failed` event that shows a cause rank 0 did not report among the job's events."""
+        return {
+            "event": "failed",
+            "step": self.step,
+            "code": self.code,
+            "exit_code": self.exit_code,
+            "message": self.describe(),
+            "ranks": list(self.ranks),
+            "reported_by": "worker",
+            "timestamp": timestamp,
+        }
+
+
+def first_cause(
+    records: Sequence[RankFailure], rank0_event: dict[str, Any] | None = None
+) -> FailureCause | None:
+    """The cause of a failed attempt among its ranks' failure records, or None without any.
+
+    A user error comes first (torchrun stopping the other ranks makes them crash or die);
+    then a crash of a rank's own before one a lost peer caused; then the earliest. Rank 0's
+    `failed` event stands in for a rank 0 record that could not be written.
+    """
+    candidates = list(records)
+    if not candidates:
+        return None
+    world_size = max(record.world_size for record in candidates)
+    if not any(record.rank == 0 for record in candidates):
+        stand_in = _event_record(rank0_event, world_size)
+        candidates += [stand_in] if stand_in is not None else []
+    first = min(candidates, key=lambda r: (_cause_tier(r), r.timestamp, r.rank))
+    ranks = sorted({r.rank for r in candidates if _same_failure(r, first)})
+    return FailureCause(
+        code=first.code,
+        exit_code=first.exit_code,
+        message=first.message,
+        fix=first.fix,
+        step=first.step,
+        ranks=tuple(ranks),
+        world_size=world_size,
+    )
+
+
+def _same_failure(a: RankFailure, b: RankFailure) -> bool:
+    return (a.exit_code, a.message) == (b.exit_code, b.message)
+
+
+def _cause_tier(record: RankFailure) -> int:
+    if is_user_error(record.exit_code):
+        return 0
+    message = record.message.lower()
+    return 2 if any(marker in message for marker in PEER_LOSS_MARKERS) else 1
+
+
+def _event_record(event: dict[str, Any] | None, world_size: int) -> RankFailure | None:
+    if not event or event.get("event") != "failed":
+        return None
+    fields = ("exit_code", "message", "fix", "step", "timestamp")
+    data = {name: event[name] for name in fields if name in event}
+    return RankFailure.from_json({**data, "rank": 0, "world_size": world_size})
+
+
+def _rank_list(ranks: tuple[int, ...]) -> str:
+    """`rank 1`, `ranks 0, 1`, `ranks 0-63`: runs of three or more ranks shortened."""
+    runs: list[list[int]] = []
+    for rank in ranks:
+        if runs and rank == runs[-1][-1] + 1:
+            runs[-1].append(rank)
+        else:
+            runs.append([rank])
+    parts = [f"{r[0]}-{r[-1]}" if len(r) >= 3 else ", ".join(map(str, r)) for r in runs]
+    shown = ", ".join(parts[:8]) + (", ..." if len(parts) > 8 else "")
+    return f"{'rank' if len(ranks) == 1 else 'ranks'} {shown}"
+
+
+def classify_exit(
+    returncode: int, last_event: dict[str, Any] | None, cause: FailureCause | None = None
+) -> Outcome:
     """The outcome of an attempt nobody asked to stop.
 
-    torchrun reports a failed rank as its own exit code 1, so the trainer's `failed` event
-    (`code`, `exit_code`, `message`) is the better witness; the exit code is the fallback.
+    torchrun reports a failed rank as its own exit code 1, so what the ranks recorded is the
+    better witness: the first cause among every rank's failure record, else rank 0's `failed`
+    event (`code`, `exit_code`, `message`); the exit code is the fallback.
     """
+    if cause is not None and returncode != 0:
+        verdict = Verdict.FAILED if is_user_error(cause.exit_code) else Verdict.RETRY
+        return Outcome(verdict, cause.code, cause.describe(), cause.exit_code)
     event_name = (last_event or {}).get("event")
     if event_name == "failed":
         exit_code = int(last_event.get("exit_code", returncode or ExitCode.CRASH))

@@ -1,4 +1,5 @@
-"""Orchestration policy: exit codes and trainer events to outcomes, and how outcomes settle."""
+"""Orchestration policy: exit codes, trainer events and the ranks' failure records to
+outcomes (the first cause and the ranks that saw it), and how outcomes settle."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from jobs.orchestration.policy import (
     Verdict,
     classify_exit,
     failed_attempts,
+    first_cause,
     settle_attempt,
     settle_expired_lease,
     stop_request,
 )
 from jobs.orchestration.states import transition
-from jobs.recipe.exit_codes import ExitCode
+from jobs.recipe.exit_codes import ExitCode, RankFailure
 from jobs.store.queries import lock_job
 from jobs.store.status import JobStatus
 from jobs.store.tables import Job, Project, utcnow
@@ -134,3 +136,85 @@ def test_stop_requests_come_from_cancelling_and_pausing_only():
     assert stop_request("cancelling") == "cancel" and stop_request("pausing") == "pause"
     assert [s for s in JobStatus if stop_request(s)] == [JobStatus.CANCELLING, JobStatus.PAUSING]
     assert stop_request("no-such-status") is None
+
+
+def failure(rank: int, code: ExitCode, message: str, at: float, world: int = 2, fix: str = ""):
+    return RankFailure(rank, int(code), message, fix, 2, at, world, 1)
+
+
+DATA = "shard-3.jsonl:17: not valid JSON"
+PEER_LOST = "DistBackendError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer"
+
+
+def test_the_first_cause_is_the_user_error_whichever_rank_saw_it():
+    records = [
+        failure(0, ExitCode.CRASH, PEER_LOST, 1.0),
+        failure(1, ExitCode.DATA_ERROR, DATA, 2.0, fix="drop line 17"),
+    ]
+    cause = first_cause(records)
+    assert (cause.code, cause.exit_code, cause.ranks, cause.step) == ("data_error", 3, (1,), 2)
+    assert cause.describe() == f"[rank 1] {DATA} (fix: drop line 17)"
+    rank0_event = {"event": "failed", "code": "crash", "exit_code": 1, "message": PEER_LOST}
+    outcome = classify_exit(1, rank0_event, cause)
+    assert outcome == Outcome(FAILED, "data_error", cause.describe(), 3)
+    assert first_cause([]) is None and classify_exit(0, None, cause).verdict == SUCCEEDED
+
+
+def test_a_crash_of_a_rank_own_comes_before_one_a_lost_peer_caused_then_the_earliest():
+    lost = failure(0, ExitCode.CRASH, PEER_LOST, 1.0)
+    bug = failure(1, ExitCode.CRASH, "ValueError: bug", 5.0)
+    assert first_cause([lost, bug]).message == "ValueError: bug"
+    assert classify_exit(1, None, first_cause([lost, bug])).verdict == RETRY
+    late = failure(0, ExitCode.CRASH, "KeyError: 'x'", 9.0)
+    assert first_cause([late, bug]).ranks == (1,)
+    first_oom = [
+        failure(1, ExitCode.OUT_OF_MEMORY, "out of memory", 3.0),
+        failure(0, ExitCode.DATA_ERROR, DATA, 4.0),
+    ]
+    assert first_cause(first_oom).code == "out_of_memory"
+
+
+def test_every_rank_that_saw_the_cause_is_named():
+    same = [failure(r, ExitCode.DATA_ERROR, DATA, 1.0 + r, world=8) for r in (0, 1, 2, 3, 6)]
+    assert first_cause(same).ranks == (0, 1, 2, 3, 6)
+    assert first_cause(same).describe().startswith("[ranks 0-3, 6] ")
+    assert first_cause(same[:2]).describe() == f"[ranks 0, 1] {DATA}"
+    alone = first_cause([failure(0, ExitCode.DATA_ERROR, DATA, 1.0, world=1)])
+    assert alone.describe() == DATA  # a one-rank run reads as it always did
+
+
+def test_rank0_event_stands_in_for_a_missing_rank0_record():
+    event = {
+        "event": "failed",
+        "step": 1,
+        "code": "data_error",
+        "exit_code": 3,
+        "message": DATA,
+        "timestamp": 1.0,
+    }
+    cause = first_cause([failure(1, ExitCode.CRASH, PEER_LOST, 2.0)], event)
+    assert (cause.code, cause.ranks, cause.message) == ("data_error", (0,), DATA)
+    assert cause.reported_in(event)
+    other = first_cause([failure(1, ExitCode.DATA_ERROR, DATA, 0.5)], event)
+    assert other.ranks == (0, 1) and other.reported_in(event)
+    long = "ValueError: " + "x" * 5000  # records are clipped; rank 0's event is not
+    read = RankFailure.from_json(failure(0, ExitCode.CRASH, long, 1.0).to_json())
+    long_event = {"event": "failed", "code": "crash", "exit_code": 1, "message": long}
+    assert first_cause([read]).reported_in(long_event)
+    crashed = {**event, "code": "crash", "exit_code": 1, "message": PEER_LOST, "timestamp": 3.0}
+    rank1_cause = first_cause([failure(1, ExitCode.DATA_ERROR, DATA, 2.0)], crashed)
+    assert rank1_cause.ranks == (1,) and not rank1_cause.reported_in(crashed)
+
+
+def test_the_worker_event_for_a_cause_reads_back_as_the_same_outcome():
+    cause = first_cause([failure(1, ExitCode.DATA_ERROR, DATA, 2.0)])
+    event = json.loads(json.dumps(cause.as_event(5.0)))
+    assert (event["event"], event["ranks"], event["message"]) == ("failed", [1], cause.describe())
+    assert classify_exit(1, event) == classify_exit(1, None, cause)
+
+
+def test_a_rank_one_cause_settles_as_the_job_error(session, project):
+    cause = first_cause([failure(1, ExitCode.DATA_ERROR, DATA, 2.0, fix="drop line 17")])
+    _, job = settle(session, running_job(session, project), classify_exit(1, None, cause))
+    assert (job.status, job.error_code) == (JobStatus.FAILED, "data_error")
+    assert job.error_message == f"[rank 1] {DATA} (fix: drop line 17)"
