@@ -4,11 +4,14 @@ One function, `parallelize`, asks `models.hooks.parallel_plan` for the model fam
 (the trainer holds no family knowledge, so a new model never edits this file) and applies
 the steps in a fixed order: move to the device; tensor parallelism on the mesh's `tp` axis
 with the plan's DTensor plan, first, because `parallelize_module` needs the plain modules;
-expert parallelism over the data-parallel ranks, before FSDP2, which must be told to leave
-the expert DTensors alone; context parallelism (the attention layers attend over the `cp`
-axis, and FSDP2 shards over dp_shard x cp); activation checkpointing per decoder layer,
-so each FSDP unit wraps a checkpointed layer; then data parallelism: FSDP2 (`fully_shard`
-per FSDP unit of the plan, then the root; a `MixedPrecisionPolicy` on CUDA only) or DDP.
+expert parallelism over groups of ep_size data-parallel ranks, before FSDP2, which leaves
+the expert DTensors alone (ep == dp) or shards them over the ranks that hold the same
+experts; context parallelism (the attention layers attend over the `cp` axis, and FSDP2
+shards over dp_shard x cp); activation checkpointing per decoder layer, so each FSDP unit
+wraps a checkpointed layer; then data parallelism: FSDP2 (`fully_shard` per FSDP unit of
+the plan, then the root; a `MixedPrecisionPolicy` on CUDA only) or DDP. An FSDP2 group
+reduces gradients in one dtype, so parameters a family keeps in another dtype (an fp32
+router in a bf16 model) become groups of their own first (`dtype_groups`).
 The model is compiled last, so it traces the sharded modules. `clip_grad_norm` handles
 gradients that live on different meshes.
 """
@@ -16,12 +19,14 @@ gradients that live on different meshes.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 from torch.nn.parallel import DistributedDataParallel
@@ -47,24 +52,59 @@ def apply_tensor_parallel(
     parallelize_module(model, topology.tp_mesh, plan.tp_plan(model, sequence_parallel))
 
 
-def apply_expert_parallel(
-    model: nn.Module, plan: ParallelPlan, topology: Topology
-) -> set[nn.Parameter]:
-    """Spread the experts over the dp ranks; returns the expert parameters FSDP must ignore.
+@dataclass(frozen=True)
+class ExpertShards:
+    """What expert parallelism leaves to FSDP2: the expert DTensors (`Shard(0)` over the
+    `ep` ranks) and, when ep_size < dp_size, the mesh of the dp / ep ranks that hold the
+    same experts (`expert_dp_mesh`, the expert-data-parallel ranks r, r + ep, ...)."""
 
-    A local expert's gradient is that of the sum of the ep ranks' losses, while FSDP
-    averages the other gradients over the same ranks: a hook divides by ep_size so both
-    follow the trainer's loss convention (local loss x dp_size / global label count).
+    params: list[nn.Parameter]
+    expert_dp_mesh: DeviceMesh | None = None
+
+
+def expert_meshes(topology: Topology) -> tuple[DeviceMesh, DeviceMesh | None]:
+    """(ep mesh, expert-data-parallel mesh) over the data-parallel ranks; ep peers are
+    adjacent ranks. With ep_size == dp_size every dp rank is an ep peer and no two ranks
+    hold the same experts (None). The dp mesh is one axis here: validation refuses ep with
+    dp_replicate, tp, cp or pp. (`_unflatten` is DeviceMesh's way to split an axis into
+    sub-axes that FSDP2 can combine with the experts' DTensor mesh.)"""
+    ep, dp = topology.ep_size, topology.dp_size
+    if ep == dp:
+        return topology.dp_mesh, None
+    mesh = topology.dp_mesh._unflatten(0, (dp // ep, ep), ("edp", "ep"))
+    return mesh["ep"], mesh["edp"]
+
+
+def _ep_spans_dp_axis(topology: Topology) -> bool:
+    """Expert parallelism runs over the one data-parallel axis: ep_size divides it."""
+    names = topology.mesh.mesh_dim_names or ()
+    other_axes = topology.tp_size * topology.cp_size * topology.pp_size > 1
+    return (
+        not other_axes and "dp_replicate" not in names and topology.dp_size % topology.ep_size == 0
+    )
+
+
+def apply_expert_parallel(model: nn.Module, plan: ParallelPlan, topology: Topology) -> ExpertShards:
+    """Spread the experts over the ep ranks; returns them for FSDP2 (`apply_fsdp2`).
+
+    A local expert's gradient is that of the sum of its ep group's losses, while FSDP
+    averages the other gradients over the dp ranks. With ep == dp the experts stay out of
+    FSDP2 and a hook divides their gradients by ep_size; otherwise FSDP2 shards them over
+    the expert-data-parallel ranks and divides their summed gradients by dp_size. Either
+    way they follow the trainer's loss convention (local loss x dp_size / global label
+    count).
     """
     reason = plan.ep_unsupported_reason(model, topology.ep_size)
     if reason:
         raise unsupported(f"distributed.ep_size: {reason}; set distributed.ep_size: 1")
-    params = plan.apply_expert_parallel(model, topology.dp_mesh)
-    scale = 1.0 / topology.ep_size
-    for param in params:
-        if param.requires_grad:
-            param.register_hook(lambda grad: grad * scale)
-    return set(params)
+    ep_mesh, expert_dp_mesh = expert_meshes(topology)
+    params = plan.apply_expert_parallel(model, ep_mesh)
+    if expert_dp_mesh is None:
+        scale = 1.0 / topology.ep_size
+        for param in params:
+            if param.requires_grad:
+                param.register_hook(lambda grad: grad * scale)
+    return ExpertShards(params, expert_dp_mesh)
 
 
 def apply_activation_checkpointing(model: nn.Module, plan: ParallelPlan, mode: bool | str) -> None:
@@ -107,13 +147,14 @@ def apply_fsdp2(
     topology: Topology,
     layout: Layout,
     device: torch.device,
-    ignored: set[nn.Parameter] | None = None,
+    experts: ExpertShards | None = None,
 ) -> None:
+    expert_dp = experts is not None and experts.expert_dp_mesh is not None
     options = dict(
         mesh=topology.fsdp_mesh,
         mp_policy=_mp_policy(layout.mixed_precision, device),
         reshard_after_forward=layout.reshard_after_forward,
-        ignored_params=ignored or None,
+        ignored_params=set(experts.params) if experts and not expert_dp else None,
     )
     try:
         units = plan.fsdp_units(model)
@@ -121,15 +162,105 @@ def apply_fsdp2(
         raise data_error(
             f"model: {exc}; FSDP2 shards per decoder layer, so use distributed.strategy: ddp"
         ) from None
+    if expert_dp:
+        _shard_experts(model, experts, options, topology.dp_size)
     embedding, head = _untied_ends(model)
     if embedding is not None:
-        fully_shard(embedding, **options)
+        _shard_unit(embedding, options)
     for unit in units:
-        fully_shard(unit, **options)
+        _shard_unit(unit, options)
     if head is not None:  # used last in forward, first in backward: kept gathered between
         keep = options["reshard_after_forward"]
-        fully_shard(head, **{**options, "reshard_after_forward": bool(keep)})
-    fully_shard(model, **options)
+        _shard_unit(head, {**options, "reshard_after_forward": bool(keep)})
+    _shard_unit(model, options)
+
+
+def _shard_experts(
+    model: nn.Module, experts: ExpertShards, options: dict[str, Any], dp_size: int
+) -> None:
+    """Each experts module an FSDP2 group over the expert-data-parallel ranks (the ranks
+    holding the same experts), sharded there before its decoder layer is.
+
+    Its gradient on a rank is that of its ep group's summed losses, so the sum over the
+    expert-dp ranks is divided by dp_size, not by their number. It runs as a SUM collective
+    (gloo has no pre-multiplied sum); a one-rank group has no collective and divides once.
+    """
+    ids = {id(p) for p in experts.params}
+    modules = [m for m in model.modules() if any(id(p) in ids for p in m.parameters(False))]
+    for module in modules:
+        fully_shard(module, **{**options, "mesh": experts.expert_dp_mesh})
+        module.set_gradient_divide_factor(float(dp_size))
+        if experts.expert_dp_mesh.size() > 1:
+            module.set_force_sum_reduction_for_comms(True)
+
+
+def _shard_unit(unit: nn.Module, options: dict[str, Any]) -> None:
+    """`fully_shard(unit)`, after its sub-modules of another dtype (`dtype_groups`) became
+    FSDP2 groups of their own: one group reduces its gradients in one dtype, so it must hold
+    trainable parameters of one dtype. A split-off group computes in its stored dtype (no
+    mixed-precision cast): a family keeps a router or attention sinks in fp32 on purpose."""
+    own_dtype = MixedPrecisionPolicy(
+        reduce_dtype=options["mp_policy"].reduce_dtype, cast_forward_inputs=False
+    )
+    for group in dtype_groups(unit, set(options["ignored_params"] or ())):
+        fully_shard(group, **{**options, "mp_policy": own_dtype})
+    fully_shard(unit, **options)
+
+
+def dtype_groups(unit: nn.Module, ignored: set[nn.Parameter]) -> list[nn.Module | list[nn.Module]]:
+    """The sub-modules of `unit` to shard before it, innermost first, so that every FSDP2
+    group (each of them, and `unit` with what remains) holds trainable parameters of one
+    dtype. A module keeps the dtype of its own parameters, or else the dtype most of its
+    parameters have; the parameters of another dtype below it become groups, each the
+    smallest module holding them (a router, not the MoE block around it). Sub-modules
+    already sharded, frozen and `ignored` parameters do not count."""
+    groups: list[nn.Module | list[nn.Module]] = []
+    _remaining(unit, ignored, groups)
+    return groups
+
+
+@dataclass(frozen=True)
+class _Remaining:
+    """A module's trainable parameters not yet in a group: their one dtype, count, and the
+    smallest module under it that holds them all (`holder`)."""
+
+    dtype: torch.dtype
+    numel: int
+    holder: nn.Module
+
+
+def _remaining(
+    module: nn.Module, ignored: set[nn.Parameter], groups: list[nn.Module | list[nn.Module]]
+) -> _Remaining | None:
+    own = [p for p in module.parameters(recurse=False) if p.requires_grad and p not in ignored]
+    if len({p.dtype for p in own}) > 1:  # the checkpoint's structure: a data error
+        raise data_error(
+            f"model: {type(module).__name__} holds trainable parameters of dtypes "
+            f"{sorted({str(p.dtype) for p in own})} itself, and FSDP2 shards a module's own "
+            "parameters as one group of one dtype; set model.dtype: float32"
+        )
+    below = [
+        found
+        for child in module.children()
+        if not isinstance(child, FSDPModule)
+        and (found := _remaining(child, ignored, groups)) is not None
+    ]
+    numel = {p.dtype: 0 for p in own}
+    for p in own:
+        numel[p.dtype] += p.numel()
+    for found in below:
+        numel[found.dtype] = numel.get(found.dtype, 0) + found.numel
+    if not numel:
+        return None
+    keep = own[0].dtype if own else max(numel, key=numel.__getitem__)
+    for dtype in numel:  # siblings of one dtype form one group: one all-gather, not several
+        holders = [found.holder for found in below if found.dtype == dtype != keep]
+        if holders:
+            groups.append(holders[0] if len(holders) == 1 else holders)
+    kept = [found for found in below if found.dtype == keep]
+    if not own and len(kept) == 1:
+        return kept[0]
+    return _Remaining(keep, numel[keep], module)
 
 
 def _untied_ends(model: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
@@ -188,10 +319,15 @@ def parallelize(
     if topology.tp_size > 1:
         apply_tensor_parallel(model, plan, topology, layout.sequence_parallel)
     strategy = layout.strategy
-    experts: set[nn.Parameter] = set()
+    experts: ExpertShards | None = None
     if topology.ep_size > 1:
         if strategy != "fsdp2":
             raise unsupported("distributed.ep_size > 1 needs strategy: fsdp2")
+        if not _ep_spans_dp_axis(topology):
+            raise unsupported(
+                f"distributed.ep_size: {topology.ep_size} must divide dp_size "
+                f"({topology.dp_size}) with tp, cp, pp and dp_replicate sizes 1"
+            )
         experts = apply_expert_parallel(model, plan, topology)
     if topology.cp_size > 1:
         apply_context_parallel(model, topology)

@@ -128,7 +128,9 @@ def _megatron_fsdp_error(accelerator: str) -> FieldError:
 
 
 def _expert_parallel_errors(distributed: dict[str, Any]) -> list[FieldError]:
-    """Experts are spread over all data-parallel ranks: ep == dp, with tp 1 and no replicas."""
+    """Experts are spread over groups of ep_size data-parallel ranks, and the dp / ep ranks
+    that hold the same experts shard them (FSDP2): ep_size divides dp_size, with tp 1 and
+    no replicas. (Context and pipeline parallelism with experts are refused by their rules.)"""
     ep = parallel_size(distributed, "ep_size")
     if ep == 1:
         return []
@@ -142,14 +144,22 @@ def _expert_parallel_errors(distributed: dict[str, Any]) -> list[FieldError]:
         ]
     dp, tp = distributed.get("dp_size"), parallel_size(distributed, "tp_size")
     replicate = parallel_size(distributed, "dp_replicate_size")
-    if tp == 1 and replicate == 1 and dp == ep:
+    if tp == 1 and replicate == 1 and isinstance(dp, int) and dp % ep == 0:
         return []
     msg = (
-        f"expert parallelism spreads experts over all data-parallel ranks: ep_size {ep} "
-        f"must equal dp_size ({dp}) with tp_size 1 and dp_replicate_size 1"
+        f"expert parallelism spreads experts over groups of ep_size data-parallel ranks: "
+        f"ep_size {ep} must divide dp_size ({dp}) with tp_size 1 and dp_replicate_size 1"
     )
-    fix = f"set distributed.ep_size: {dp}" if tp == replicate == 1 else "set distributed.ep_size: 1"
-    return [FieldError("distributed.ep_size", msg, fix)]
+    return [FieldError("distributed.ep_size", msg, _ep_fix(dp, tp == replicate == 1))]
+
+
+def _ep_fix(dp: Any, one_dp_axis: bool) -> str:
+    divisors = [d for d in range(2, dp + 1) if dp % d == 0] if isinstance(dp, int) else []
+    if not one_dp_axis or not divisors:
+        return "set distributed.ep_size: 1"
+    if len(divisors) == 1:
+        return f"set distributed.ep_size: {divisors[0]} or 1"
+    return f"set distributed.ep_size to a divisor of {dp} ({', '.join(map(str, divisors))}) or 1"
 
 
 def _peft_errors(peft: bool, distributed: dict[str, Any]) -> list[FieldError]:

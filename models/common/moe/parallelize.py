@@ -3,9 +3,10 @@
 `ExpertParallelMixin`, mixed in before a family's `ParallelPlan`, refuses expert
 parallelism when an expert count is not divisible by `ep_size` and otherwise has each
 grouped-experts module keep E/ep experts of the 1-D `ep` mesh (`shard_experts`, see
-`expert_parallel.py`); the DTensor parameters it returns are the ones data parallelism must
-leave alone. A model without grouped experts gets the plan's own refusal. Experts are found
-by type (`experts_class`: `GroupedExperts` unless a family has its own), never by method.
+`expert_parallel.py`); it returns the DTensor parameters, which data parallelism leaves
+alone (ep == dp) or shards only over the ranks holding the same experts. A model without
+grouped experts gets the plan's own refusal. Experts are found by type (`experts_class`:
+`GroupedExperts` unless a family has its own), never by method.
 """
 
 from __future__ import annotations

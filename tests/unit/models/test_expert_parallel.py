@@ -38,16 +38,29 @@ def test_ep_reasons_name_the_problem():
 
 
 @pytest.mark.parametrize(
-    ("distributed", "world"),
-    [({"ep_size": 2, "tp_size": 2}, 4), ({"ep_size": 2}, 4), ({"ep_size": 2}, 1)],
+    ("distributed", "world", "fix"),
+    [
+        ({"ep_size": 2, "tp_size": 2}, 4, "set distributed.ep_size: 1"),
+        ({"ep_size": 4}, 6, "set distributed.ep_size to a divisor of 6 (2, 3, 6) or 1"),
+        ({"ep_size": 2}, 1, "set distributed.ep_size: 1"),
+    ],
 )
-def test_ep_not_spanning_the_dp_ranks_is_refused_at_submit(distributed, world):
+def test_ep_not_dividing_the_dp_ranks_is_refused_at_submit(distributed, world, fix):
     from jobs.recipe.topology.trainer_support import check_trainer_support
 
     tp = int(distributed.get("tp_size", 1))
     section = {"strategy": "fsdp2", "dp_size": world // tp, **distributed}
     [error] = check_trainer_support({"distributed": section}, "cpu")
-    assert error.loc == "distributed.ep_size" and "must equal dp_size" in error.msg
+    assert error.loc == "distributed.ep_size" and "must divide dp_size" in error.msg
+    assert error.fix == fix
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_ep_dividing_the_dp_ranks_is_valid_at_submit(world):
+    from jobs.recipe.topology.trainer_support import check_trainer_support
+
+    section = {"strategy": "fsdp2", "dp_size": world, "ep_size": 2}
+    assert check_trainer_support({"distributed": section}, "cpu") == []
 
 
 @pytest.mark.parametrize(

@@ -153,6 +153,7 @@ def test_plan_has_every_key(validate, recipe):
         "tokens_per_step": 16 * 64,
         "architecture": "LlamaForCausalLM",
         "param_count": TINY_LLAMA_PARAMS,
+        "hub_revisions": {},
         "requires": {},
     }
 
@@ -171,15 +172,26 @@ def test_qwen3_moe_expert_parallelism_over_the_dp_ranks_is_valid(validate, recip
     assert validate(recipe, nproc_per_node=2).valid
 
 
+def test_qwen3_moe_expert_parallelism_over_part_of_the_dp_ranks_is_valid(
+    validate, recipe, data_root
+):
+    recipe["model"]["pretrained_model_name_or_path"] = str(
+        write_model_dir(data_root / "moe", MOE_CONFIG)
+    )
+    recipe["distributed"]["ep_size"] = 2
+    recipe["step_scheduler"]["global_batch_size"] = 16  # 4 ranks x batch_size 4
+    result = validate(recipe, nproc_per_node=4)  # experts of ranks r and r + 2 alike
+    assert result.valid, [str(e) for e in result.errors]
+
+
 @pytest.mark.parametrize(
     ("world", "sizes", "fix"),
     [
-        (4, {"ep_size": 2}, "set distributed.ep_size: 4"),
         (4, {"ep_size": 2, "tp_size": 2}, "set distributed.ep_size: 1"),
         (4, {"ep_size": 2, "dp_replicate_size": 2}, "set distributed.ep_size: 1"),
     ],
 )
-def test_qwen3_moe_expert_parallelism_must_span_the_dp_ranks(
+def test_qwen3_moe_expert_parallelism_must_divide_the_dp_ranks(
     validate, recipe, data_root, world, sizes, fix
 ):
     recipe["model"]["pretrained_model_name_or_path"] = str(
@@ -188,7 +200,7 @@ def test_qwen3_moe_expert_parallelism_must_span_the_dp_ranks(
     recipe["distributed"].update(sizes)
     result = validate(recipe, nproc_per_node=world)
     err = error_at(result, "distributed.ep_size")
-    assert "all data-parallel ranks" in err.msg and err.fix == fix
+    assert "must divide dp_size" in err.msg and err.fix == fix
 
 
 def test_qwen3_moe_expert_parallelism_refuses_lora(validate, recipe, data_root):
