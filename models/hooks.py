@@ -115,7 +115,7 @@ def ep_unsupported_reason(model: nn.Module, ep_size: int) -> str | None:
 
 def apply_expert_parallel(model: nn.Module, ep_mesh: Any) -> list[nn.Parameter]:
     """Keep E/ep experts per rank of the 1-D `ep_mesh`; returns the expert parameters
-    (DTensors, Shard(0)), which data parallelism must leave alone."""
+    (DTensors, Shard(0)), which the trainer shards over the ranks holding the same experts."""
     return parallel_plan(model).apply_expert_parallel(model, ep_mesh)
 
 

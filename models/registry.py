@@ -124,8 +124,8 @@ for _entry in (
         _MOE_EP,
         TieSupport.UNTIED_ONLY,
         "qwen3_moe",
-        notes="expert parallelism spreads the experts over all data-parallel ranks "
-        "(ep_size == dp_size, strategy fsdp2, no LoRA); no tensor-parallel plan",
+        notes="expert parallelism spreads the experts over groups of data-parallel ranks "
+        "(ep_size divides dp_size, strategy fsdp2, no LoRA); no tensor-parallel plan",
         config_model_types=("qwen3_moe",),
         parallel_plan="models.qwen3_moe.parallelize:QWEN3_MOE_PLAN",
         state_dict_adapter="models.common.moe.state_dict_adapter:GroupedExpertsStateDictAdapter",
@@ -204,7 +204,7 @@ for _entry in (
         TieSupport.UNTIED_ONLY,
         "gpt_oss",
         notes="attention sinks run eager; expert parallelism spreads the experts over "
-        "all data-parallel ranks (ep_size == dp_size, strategy fsdp2); no "
+        "groups of data-parallel ranks (ep_size divides dp_size, strategy fsdp2); no "
         "tensor-parallel plan; MXFP4-quantized checkpoints load with the HF class",
         config_model_types=("gpt_oss",),
         parallel_plan="models.gpt_oss.parallelize:GPT_OSS_PLAN",
@@ -217,7 +217,7 @@ for _entry in (
         _MOE_EP,
         TieSupport.BOTH,
         "mixtral",
-        notes="expert parallelism as for Qwen3-MoE (ep_size == dp_size, strategy "
+        notes="expert parallelism as for Qwen3-MoE (ep_size divides dp_size, strategy "
         "fsdp2); no tensor-parallel plan; sliding_window runs natively",
         config_model_types=("mixtral",),
         parallel_plan="models.mixtral.parallelize:MIXTRAL_PLAN",

@@ -4,8 +4,9 @@
 `python -m trainer`, forms a one-process gloo group so the same code paths (DDP, FSDP2,
 DCP) run everywhere. `build_mesh` lays ranks out as (pp, dp_replicate, dp_shard, cp, tp): tensor
 parallel peers are adjacent ranks and share a data-parallel rank, so they see the same
-batches. Expert parallelism (`ep_size`) spreads MoE experts over the data-parallel ranks
-themselves: it needs ep_size == the data-parallel size (no tp, no dp_replicate).
+batches. Expert parallelism (`ep_size`) spreads MoE experts over groups of adjacent
+data-parallel ranks: ep_size divides the data-parallel size (no tp, no dp_replicate), and
+the ranks holding the same experts shard them with FSDP2 (`trainer.parallelize`).
 """
 
 from __future__ import annotations
