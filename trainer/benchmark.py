@@ -4,8 +4,11 @@ Every step is the fine-tuning loop's `train_step` on the recipe's data (a mock d
 typically), timed between device synchronisations, and writes the same MetricsSample as
 training (`tps`, `tps_per_rank`, and `mfu`: TFLOP/s per rank over the device's peak, null
 where the peak is unknown: on CPU, or a GPU the peak table lacks, with no
-`benchmark.peak_tflops`). The first `warmup_steps` steps pay for allocation and kernel
-selection, so only the steps after them are measured. At the end rank 0 writes one
+`benchmark.peak_tflops`). FLOPs per token are counted as the training loop counts them
+(`StepMeter`): a config the counter cannot read leaves TFLOP/s and MFU null with one
+`metric_warning` event, and the benchmark goes on measuring throughput. The first
+`warmup_steps` steps pay for allocation and kernel selection, so only the steps after them
+are measured. At the end rank 0 writes one
 `benchmark_summary` event: median and mean throughput, TFLOP/s per rank and MFU, step-time
 statistics, and each measured step (TFLOP/s per rank has no MetricsSample column).
 """
@@ -21,17 +24,17 @@ from typing import Any
 import torch
 
 from jobs.recipe.exit_codes import ExitCode
-from models.hooks import model_flops_per_token
 from trainer.finetune import (
     Preemption,
     _layout,
     _stop_if_not_finite,
     batches,
+    metric_warning,
     save_checkpoint,
     train_step,
     with_preemption,
 )
-from trainer.metrics import GPU_PEAK_FLOPS, RunLog, TrainRecord, lora_adapter_params, memory_gib
+from trainer.metrics import GPU_PEAK_FLOPS, RunLog, StepMeter, TrainRecord, memory_gib
 from trainer.setup import TrainingRun
 
 
@@ -42,7 +45,7 @@ class MeasuredStep:
     num_tokens: int
     tps: float
     tps_per_rank: float
-    tflops_per_rank: float
+    tflops_per_rank: float | None  # None when the config's FLOPs cannot be counted
     mfu: float | None
 
 
@@ -54,14 +57,6 @@ def device_peak_tflops(device: torch.device, configured: float | None) -> float 
         return None
     name = torch.cuda.get_device_name(device)
     return next((peak / 1e12 for key, peak in GPU_PEAK_FLOPS if key in name), None)
-
-
-def flops_per_token(run: TrainingRun, seq_len: int) -> float:
-    """From the architecture; with LoRA adapters the frozen base costs forward + input grad."""
-    config = getattr(run.model, "config", None)
-    if config is None:
-        return 0.0
-    return model_flops_per_token(config, seq_len, lora=lora_adapter_params(run.model))
 
 
 def _synchronize(device: torch.device) -> None:
@@ -81,16 +76,18 @@ def _timed_step(run: TrainingRun, stream: Iterator) -> tuple[int, list[dict], fl
 
 
 def benchmark_step(
-    run: TrainingRun, stream: Iterator, peak_tflops: float | None
+    run: TrainingRun, stream: Iterator, peak_tflops: float | None, meter: StepMeter
 ) -> tuple[TrainRecord, MeasuredStep]:
+    """One timed step; `meter` counts its FLOPs per token as the training loop does (with
+    LoRA adapters the frozen base costs forward + input gradient), None if it cannot."""
     lr = run.optimizer.param_groups[0]["lr"]
     epoch, micro_batches, seconds, (loss, grad_norm, tokens) = _timed_step(run, stream)
     run.step += 1
     tps = tokens / seconds
     tps_per_rank = tps / run.env.world_size
-    seq_len = micro_batches[0]["input_ids"].shape[1]
-    tflops = flops_per_token(run, seq_len) * tps_per_rank / 1e12
-    mfu = tflops / peak_tflops if peak_tflops else None
+    flops = meter.flops_per_token(micro_batches[0]["input_ids"].shape[1])
+    tflops = flops * tps_per_rank / 1e12 if flops is not None else None
+    mfu = tflops / peak_tflops if tflops is not None and peak_tflops else None
     record = TrainRecord(
         run.step,
         epoch,
@@ -111,6 +108,12 @@ def _stats(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "mean": statistics.fmean(values)}
 
 
+def _known_stats(values: list[float | None]) -> dict[str, float] | None:
+    """Median and mean of the known values; None when no step has one."""
+    known = [v for v in values if v is not None]
+    return _stats(known) if known else None
+
+
 def summarize(
     measured: list[MeasuredStep], warmup_steps: int, peak_tflops: float | None
 ) -> dict[str, Any]:
@@ -123,9 +126,9 @@ def summarize(
         "last_measured_step": measured[-1].step,
         "tokens_per_s": _stats([m.tps for m in measured]),
         "tokens_per_s_per_rank": _stats([m.tps_per_rank for m in measured]),
-        "tflops_per_rank": _stats([m.tflops_per_rank for m in measured]),
+        "tflops_per_rank": _known_stats([m.tflops_per_rank for m in measured]),
         "peak_tflops_per_rank": peak_tflops,
-        "mfu": _stats([m.mfu for m in measured if m.mfu is not None]) if peak_tflops else None,
+        "mfu": _known_stats([m.mfu for m in measured]) if peak_tflops else None,
         "step_time_s": {
             **_stats(times),
             "min": min(times),
@@ -151,8 +154,9 @@ def _benchmark_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> Ex
     layout = {**_layout(run), "warmup_steps": bench.warmup_steps}
     log.event("started", run.step, **layout, measured_steps=bench.measured_steps)
     stream, measured, record = batches(run), [], None
+    meter = StepMeter(run.model, run.env.device, run.env.world_size, warn=metric_warning(run, log))
     while run.step < run.max_steps:
-        record, sample = benchmark_step(run, stream, peak)
+        record, sample = benchmark_step(run, stream, peak, meter)
         log.record(record)
         _stop_if_not_finite(record.loss, run.step)
         if run.step > bench.warmup_steps:

@@ -11,8 +11,6 @@ A loader kernel option that fell back is reported as a `kernel_fallback` event.
 
 from __future__ import annotations
 
-import fnmatch
-import re
 from typing import Any
 
 import torch
@@ -21,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from jobs.recipe.errors import RecipeInvalid
 from jobs.recipe.exit_codes import ExitCode
+from jobs.recipe.model.lora_targets import lora_targets
 from jobs.recipe.targets import allowlist as targets
 from jobs.recipe.typed import DataLoader as LoaderSpec
 from jobs.recipe.typed import PackedSequence, Peft, Recipe, TargetCall
@@ -90,24 +89,6 @@ def check_vocab(tokenizer: Any, model: nn.Module) -> None:
             "ids would fall outside the embedding; use the model's own tokenizer "
             "(dataset.tokenizer_name_or_path)"
         )
-
-
-GLOB_CHARS = frozenset("*?[")
-
-
-def lora_targets(patterns: list[str] | None) -> list[str] | str | None:
-    """Module names for peft: a list of names as is; with any glob (`*_proj`), one regex.
-
-    peft matches a list by name suffix and a string as a regex over the full module name;
-    a glob matches the full name (`model.layers.0.self_attn.q_proj`), a plain name its suffix.
-    """
-    if not patterns or not any(GLOB_CHARS & set(p) for p in patterns):
-        return patterns
-    parts = [
-        fnmatch.translate(p) if GLOB_CHARS & set(p) else rf"(?:.*\.)?{re.escape(p)}"
-        for p in patterns
-    ]
-    return "|".join(f"(?:{part})" for part in parts)
 
 
 def apply_peft(model: nn.Module, peft: Peft | None) -> nn.Module:

@@ -4,38 +4,25 @@ A `Weight` is one tensor shape with how many of it the model holds (`count`) and
 of them one token multiplies through (`per_token`: every layer's projections; for MoE only
 the `top_k` routed experts). `FAMILY_WEIGHTS` maps a registry row's `family` to the function
 that lists them; the lists mirror the native classes under `models/<family>/` (a test
-compares each with `sum(p.numel())` of the built model).
+compares each with `sum(p.numel())` of the built model). Attention and the dense MLP are
+listed per layer (`layer_dims`), so a config whose layers differ (per-layer `head_dim`,
+heads, kv heads or MLP width; Gemma-3n/4 layers that reuse another layer's keys and values)
+is counted layer by layer; the architectures without a native class are counted this way.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from jobs.recipe.errors import shown
 from jobs.recipe.load.limits import MAX_MODEL_SIZES
+from jobs.recipe.plan.config_fields import cfg, layer_overrides
+from jobs.recipe.plan.windows import layer_type
 
 WeightKind = Literal["linear", "experts", "embedding", "vector"]
-
-
-# Other spellings of the same sizes in config.json files of non-Llama architectures.
-ALIASES = {
-    "hidden_size": ("n_embd", "d_model"),
-    "num_hidden_layers": ("n_layer", "num_layers"),
-    "num_attention_heads": ("n_head",),
-    "intermediate_size": ("n_inner",),
-}
-
-
-def cfg(config: Any, name: str, default: Any = None) -> Any:
-    """A config field from a transformers config or a plain dict (or one of its `ALIASES`);
-    None counts as absent."""
-    for key in (name, *ALIASES.get(name, ())):
-        value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
-        if value is not None:
-            return value
-    return default
 
 
 @dataclass(frozen=True)
@@ -77,16 +64,102 @@ def size(config: Any, name: str, default: Any = None) -> int:
 
 
 class Dims:
-    """The sizes every family reads: hidden, layers, heads, kv heads, head_dim, vocab."""
+    """The sizes every family reads: hidden, layers, heads, kv heads, head_dim, vocab, MLP
+    width (the first layer's where layers differ), and each layer's own (`per_layer`)."""
 
-    def __init__(self, config: Any):
+    def __init__(self, config: Any, vocab: bool = True):
         self.hidden = size(config, "hidden_size")
         self.layers = size(config, "num_hidden_layers")
         self.heads = size(config, "num_attention_heads")
         self.kv_heads = size(config, "num_key_value_heads", self.heads)
         self.head_dim = size(config, "head_dim", max(1, self.hidden // self.heads))
-        self.vocab = size(config, "vocab_size")
-        self.inter = size(config, "intermediate_size", 4 * self.hidden)
+        self.vocab = size(config, "vocab_size") if vocab else 0
+        widths = _intermediate_sizes(config, self.layers, 4 * self.hidden)
+        self.inter = widths[0]
+        self.per_layer = _layer_dims(config, self, widths)
+
+
+@dataclass(frozen=True)
+class LayerDims:
+    """One layer's attention and dense-MLP sizes."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    inter: int
+    keys: bool = True  # its own k_proj: a layer reusing another's keys and values has none
+    values: bool = True  # its own v_proj: Gemma-4's full-attention layers may reuse k as v
+
+
+def layer_dims(config: Any) -> list[LayerDims]:
+    """Each layer's sizes (the vocabulary not needed)."""
+    return Dims(config, vocab=False).per_layer
+
+
+def _intermediate_sizes(config: Any, layers: int, default: int) -> list[int]:
+    """The MLP width of every layer: one for all, or Gemma-3n's list of one per layer."""
+    widths = cfg(config, "intermediate_size", default)
+    if not isinstance(widths, list):
+        return [size(config, "intermediate_size", default)] * layers
+    if len(widths) != layers:
+        raise ValueError(f"config intermediate_size lists {len(widths)} widths for {layers} layers")
+    return [size({"intermediate_size": w}, "intermediate_size") for w in widths]
+
+
+def _layer_dims(config: Any, d: Dims, widths: list[int]) -> list[LayerDims]:
+    """Per layer: its own sizes where `per_layer_config` (or Gemma-4's global head) sets
+    them, else the config's; the last `num_kv_shared_layers` reuse an earlier layer's keys
+    and values (no k/v projections; Gemma-4 doubles their MLP with `use_double_wide_mlp`)."""
+    overrides = _gemma4_overrides(config, d.layers) or layer_overrides(config)
+    shared = d.layers - _count(config, "num_kv_shared_layers", d.layers)
+    k_as_v = bool(cfg(config, "attention_k_eq_v", False))
+    wide = 2 if cfg(config, "use_double_wide_mlp", False) else 1
+    dims = []
+    for i in range(d.layers):
+        own, reuses = overrides.get(i, {}), i >= shared
+        full = k_as_v and layer_type(config, i) != "sliding_attention"
+        dims.append(
+            LayerDims(
+                _layer_size(own, "num_attention_heads", d.heads),
+                _layer_size(own, "num_key_value_heads", d.kv_heads),
+                _layer_size(own, "head_dim", d.head_dim),
+                _layer_size(own, "intermediate_size", widths[i]) * (wide if reuses else 1),
+                keys=not reuses,
+                values=not reuses and not full,
+            )
+        )
+    return dims
+
+
+def _layer_size(own: dict[str, Any], name: str, default: int) -> int:
+    """A layer's own size `name` (within its maximum), else the config's."""
+    return size(own, name, default) if own.get(name) is not None else default
+
+
+def _count(config: Any, name: str, most: int) -> int:
+    """A count field in 0..`most` (0 when absent)."""
+    value = cfg(config, name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+        raise ValueError(f"config {name} must be an integer in 0..{most}, got {shown(value)}")
+    return value
+
+
+# Gemma-4 text configs as config.json holds them: no `per_layer_config`, the full-attention
+# layers' head size in `global_head_dim` (transformers' default 512) and, with
+# `attention_k_eq_v`, their kv heads in `num_global_key_value_heads`; transformers' config
+# turns these into per-layer overrides when it is built.
+_GEMMA4 = frozenset({"gemma4", "gemma4_text"})
+
+
+def _gemma4_overrides(config: Any, layers: int) -> dict[int, dict[str, Any]]:
+    if not isinstance(config, dict) or "per_layer_config" in config:
+        return {}
+    if cfg(config, "model_type") not in _GEMMA4:
+        return {}
+    full: dict[str, Any] = {"head_dim": cfg(config, "global_head_dim", 512)}
+    if cfg(config, "attention_k_eq_v", False) and cfg(config, "num_global_key_value_heads"):
+        full["num_key_value_heads"] = cfg(config, "num_global_key_value_heads")
+    return {i: full for i in range(layers) if layer_type(config, i) == "full_attention"}
 
 
 def _ends(config: Any, d: Dims, tied_default: bool = False) -> list[Weight]:
@@ -100,20 +173,26 @@ def _ends(config: Any, d: Dims, tied_default: bool = False) -> list[Weight]:
     ]
 
 
-def _attention(d: Dims, layers: int, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> list[Weight]:
-    q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
-    out = [
-        _linear("self_attn.q_proj", q, d.hidden, layers, qkv_bias),
-        _linear("self_attn.k_proj", kv, d.hidden, layers, qkv_bias),
-        _linear("self_attn.v_proj", kv, d.hidden, layers, qkv_bias),
-        _linear("self_attn.o_proj", d.hidden, q, layers, o_bias),
-    ]
-    if qk_norm:
-        out += [
-            _vector("self_attn.q_norm", d.head_dim, layers),
-            _vector("self_attn.k_norm", d.head_dim, layers),
-        ]
+def _attention(d: Dims, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> list[Weight]:
+    """q/k/v/o (and per-head q/k norms) for each group of layers of the same sizes."""
+    groups = Counter((x.heads, x.kv_heads, x.head_dim, x.keys, x.values) for x in d.per_layer)
+    out = []
+    for (heads, kv_heads, head_dim, keys, values), layers in groups.items():
+        q, kv = heads * head_dim, kv_heads * head_dim
+        out.append(_linear("self_attn.q_proj", q, d.hidden, layers, qkv_bias))
+        out += [_linear("self_attn.k_proj", kv, d.hidden, layers, qkv_bias)] if keys else []
+        out += [_linear("self_attn.v_proj", kv, d.hidden, layers, qkv_bias)] if values else []
+        out.append(_linear("self_attn.o_proj", d.hidden, q, layers, o_bias))
+        if qk_norm:
+            out.append(_vector("self_attn.q_norm", head_dim, layers))
+            out += [_vector("self_attn.k_norm", head_dim, layers)] if keys else []
     return out
+
+
+def _dense_mlps(d: Dims, bias: bool = False) -> list[Weight]:
+    """The gated MLP of every layer, one group per MLP width."""
+    widths = Counter(x.inter for x in d.per_layer)
+    return [w for inter, n in widths.items() for w in _gated_mlp("mlp", d.hidden, inter, n, bias)]
 
 
 def _gated_mlp(prefix: str, hidden: int, inter: int, layers: int, bias: bool = False):
@@ -157,8 +236,8 @@ def dense_weights(config: Any) -> list[Weight]:
     d, bias = Dims(config), bool(cfg(config, "attention_bias", False))
     return [
         *_ends(config, d),
-        *_attention(d, d.layers, bias, bias, False),
-        *_gated_mlp("mlp", d.hidden, d.inter, d.layers, bool(cfg(config, "mlp_bias", False))),
+        *_attention(d, bias, bias, False),
+        *_dense_mlps(d, bool(cfg(config, "mlp_bias", False))),
         *_norms(d, 2),
     ]
 
@@ -167,8 +246,8 @@ def qwen2_weights(config: Any) -> list[Weight]:
     d = Dims(config)
     return [
         *_ends(config, d),
-        *_attention(d, d.layers, True, False, False),
-        *_gated_mlp("mlp", d.hidden, d.inter, d.layers),
+        *_attention(d, True, False, False),
+        *_dense_mlps(d),
         *_norms(d, 2),
     ]
 
@@ -177,8 +256,8 @@ def qwen3_weights(config: Any) -> list[Weight]:
     d, bias = Dims(config), bool(cfg(config, "attention_bias", False))
     return [
         *_ends(config, d),
-        *_attention(d, d.layers, bias, bias, True),
-        *_gated_mlp("mlp", d.hidden, d.inter, d.layers),
+        *_attention(d, bias, bias, True),
+        *_dense_mlps(d),
         *_norms(d, 2),
     ]
 
@@ -187,8 +266,8 @@ def gemma_weights(config: Any, qk_norm: bool) -> list[Weight]:
     d, bias = Dims(config), bool(cfg(config, "attention_bias", False))
     return [
         *_ends(config, d, tied_default=True),
-        *_attention(d, d.layers, bias, bias, qk_norm),
-        *_gated_mlp("mlp", d.hidden, d.inter, d.layers),
+        *_attention(d, bias, bias, qk_norm),
+        *_dense_mlps(d),
         *_norms(d, 4),
     ]
 
@@ -206,7 +285,7 @@ def qwen3_moe_weights(config: Any) -> list[Weight]:
     moe_inter = int(cfg(config, "moe_intermediate_size", d.inter))
     return [
         *_ends(config, d),
-        *_attention(d, d.layers, bias, bias, True),
+        *_attention(d, bias, bias, True),
         *_norms(d, 2),
         *_gated_mlp("mlp", d.hidden, d.inter, d.layers - sparse),
         *_experts(d, moe_inter, experts, top_k, sparse),
@@ -218,7 +297,7 @@ def mixtral_weights(config: Any) -> list[Weight]:
     experts, top_k = int(cfg(config, "num_local_experts")), int(cfg(config, "num_experts_per_tok"))
     return [
         *_ends(config, d),
-        *_attention(d, d.layers, False, False, False),
+        *_attention(d, False, False, False),
         *_norms(d, 2),
         *_experts(d, d.inter, experts, top_k, d.layers),
     ]
@@ -239,7 +318,7 @@ def gpt_oss_weights(config: Any) -> list[Weight]:
 
     return [
         *_ends(config, d),
-        *_attention(d, d.layers, bias, bias, False),
+        *_attention(d, bias, bias, False),
         *_norms(d, 2),
         _vector("self_attn.sinks", d.heads, d.layers),
         _linear("mlp.router", experts, d.hidden, d.layers, True),

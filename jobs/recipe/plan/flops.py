@@ -6,8 +6,11 @@ them one token passes through (for MoE, the routed experts it visits). From that
 the exact parameter count the native class builds (`param_count`, tested against
 `sum(p.numel())` for every registered family), the LoRA adapter sizes (`lora_params`) and
 the FLOPs per token behind MFU and the plan's time estimate (`model_flops_per_token`).
-Architectures without a native class are counted as Llama-style (config arithmetic). A
-config past the maxima of `jobs.recipe.load.limits` (its sizes, its parameter count) is
+Architectures without a native class are counted as Llama-style (config arithmetic). Layers
+that differ (a per-layer `head_dim`, heads, kv heads, MLP width or sliding window: Gemma-4's
+wider full-attention heads) are counted layer by layer, from a config.json's
+`per_layer_config` or a transformers config whose per-layer fields raise on a global read
+(`jobs.recipe.plan.config_fields`). A config past the maxima of `jobs.recipe.load.limits` (its sizes, its parameter count) is
 refused with a ValueError: no count, as for a config that lacks the sizes.
 Validation imports this module without torch; it reads a transformers config or the same
 fields as a plain dict.
@@ -15,14 +18,15 @@ fields as a plain dict.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from jobs.recipe.load.limits import MAX_PARAM_COUNT
-from jobs.recipe.plan.family_weights import FAMILY_WEIGHTS, Weight, cfg, dense_weights
+from jobs.recipe.model.lora_targets import lora_targets, selects
+from jobs.recipe.plan.config_fields import cfg, layer_overrides, readable
+from jobs.recipe.plan.family_weights import FAMILY_WEIGHTS, Weight, dense_weights, layer_dims
 from jobs.recipe.plan.windows import layer_sliding_window
 from models.registry import entry_for_model_type, get_entry
 
@@ -56,6 +60,7 @@ def model_weights(config: Any, family: str | None = None) -> list[Weight]:
 
     A plain-dict config's list is kept by its content: a submit asks for it three times
     (parameter count, FLOPs, memory estimate), and every job of one model the same."""
+    config = readable(config)  # a config with per-layer sizes is read as its dict
     family = family or family_of(config)
     key = _content_key(config, family) if isinstance(config, dict) else None
     kept = _WEIGHTS.get(key) if key is not None else None
@@ -99,20 +104,15 @@ def param_count(config: Any, family: str | None = None) -> int:
 
 
 def _targeted(weight: Weight, targets: list[str] | None, exclude: list[str] | None) -> bool:
-    """Whether a LoRA adapter wraps this weight, as the trainer's peft setup matches names:
-    every linear layer but the lm_head for `match_all_linear` (no `targets`), else a plain
-    name matches the last name part and a glob the full module name."""
+    """Whether a LoRA adapter wraps this weight, as the trainer's peft setup selects modules
+    (`jobs.recipe.model.lora_targets`, over the weight's name in layer 0): every linear layer
+    but the lm_head for `match_all_linear` (no `targets`), else what the patterns select."""
     if weight.kind != "linear" or weight.name == "lm_head":
         return False
-    leaf = weight.name.rsplit(".", 1)[-1]
-    full = f"model.layers.0.{weight.name}"
-
-    def matches(pattern: str) -> bool:
-        return fnmatch.fnmatchcase(full, pattern) if set("*?[") & set(pattern) else leaf == pattern
-
-    if exclude and any(matches(p) for p in exclude):
+    name = f"model.layers.0.{weight.name}"
+    if exclude and selects(lora_targets(exclude) or [], name):
         return False
-    return not targets or any(matches(p) for p in targets)
+    return not targets or selects(lora_targets(targets) or [], name)
 
 
 def lora_params(
@@ -149,16 +149,19 @@ class FlopsBreakdown:
 
 def _attention_flops(config: Any, seq_len: int) -> float:
     """Forward FLOPs per token of the score (q.k) and value (p.v) matmuls over `seq_len`
-    keys (no causal halving, the convention published MFU figures use); a sliding-window
-    layer's tokens see at most its window of keys."""
-    layers = int(cfg(config, "num_hidden_layers"))
-    keys = sum(min(seq_len, layer_sliding_window(config, i) or seq_len) for i in range(layers))
-    heads = int(cfg(config, "num_attention_heads"))
-    head_dim = int(cfg(config, "head_dim") or int(cfg(config, "hidden_size")) // heads)
+    keys (no causal halving, the convention published MFU figures use), layer by layer:
+    each with its own heads and head size, and a sliding-window layer's tokens see at most
+    its window of keys."""
+    config = readable(config)
+    overrides = layer_overrides(config)
     nope, rope = cfg(config, "qk_nope_head_dim"), cfg(config, "qk_rope_head_dim")
-    qk_dim = int(nope) + int(rope) if nope and rope else head_dim
-    v_dim = int(cfg(config, "v_head_dim") or head_dim)
-    return float(2 * heads * (qk_dim + v_dim) * keys)
+    total = 0
+    for i, layer in enumerate(layer_dims(config)):
+        keys = min(seq_len, layer_sliding_window(config, i, overrides) or seq_len)
+        qk_dim = int(nope) + int(rope) if nope and rope else layer.head_dim
+        v_dim = int(cfg(config, "v_head_dim") or layer.head_dim)
+        total += 2 * layer.heads * (qk_dim + v_dim) * keys
+    return float(total)
 
 
 def flops_breakdown(
@@ -173,6 +176,7 @@ def flops_breakdown(
     adapters all three; attention scores have no weights and cost 3 x forward either way.
     `lora` is (rank, target_modules, exclude_modules) as the recipe gives them, or the
     number of adapter parameters a token passes through (counted on a built model)."""
+    config = readable(config)
     weights = model_weights(config, family)
     forward = sum(2 * w.matmul_per_token for w in weights)
     attention = 3 * _attention_flops(config, seq_len)
