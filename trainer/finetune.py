@@ -2,9 +2,10 @@
 
 `train(run, log)` runs steps until `max_steps`: gradient accumulation over micro-batches,
 global-norm clipping, optimizer and LR step, one MetricsSample per step, validation every
-`val_check_interval`, a checkpoint every `checkpoint_interval` and at the end. The loss
-of a step is the sum of token losses over all micro-batches and data-parallel ranks
-divided by their label-token count, so it does not depend on how the batch is split.
+`val_check_interval`, a checkpoint every `checkpoint_interval`, at the end of each pass over
+the data with `save_checkpoint_every_epoch`, and at the end. The loss of a step is the sum
+of token losses over all micro-batches and data-parallel ranks divided by their
+label-token count, so it does not depend on how the batch is split.
 SIGTERM finishes the step, saves and exits PREEMPTED; a non-finite loss exits NAN_LOSS.
 With `checkpoint.is_async` a save returns once its state is snapshotted and publishes in
 the background; the next save, a preemption and the end of training wait for it first.
@@ -259,7 +260,7 @@ def _train_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCo
             log.record(ValRecord(run.step, epoch, val_loss, val_tokens, time.time()))
             log.event("validation", run.step, val_loss=val_loss)
         preempted = preemption.agreed(run.env.device)
-        if _should_save(run, schedule, preempted):
+        if _should_save(run, schedule, preempted, epoch_ended(run, micro)):
             save_checkpoint(run, log, asdict(record), final=preempted or None)
         log.checkpoints_saved(run.checkpoints.completed())
         if preempted:
@@ -303,7 +304,19 @@ def _layout(run: TrainingRun) -> dict[str, Any]:
     }
 
 
-def _should_save(run: TrainingRun, schedule: StepScheduler, preempted: bool) -> bool:
+def epoch_ended(run: TrainingRun, micro: list[tuple[int, Any]]) -> bool:
+    """This step took the last micro-batch of a pass over the data, or crossed into the next
+    pass (gradient accumulation may straddle the end). Every rank has as many batches per
+    pass, so all ranks agree."""
+    last_of_pass = run.data_state["batches_done"] >= len(run.train_loader.batch_sampler)
+    return last_of_pass or micro[-1][0] != micro[0][0]
+
+
+def _should_save(
+    run: TrainingRun, schedule: StepScheduler, preempted: bool, epoch_end: bool = False
+) -> bool:
     if not run.recipe.checkpoint.enabled:
         return False
-    return preempted or run.step == run.max_steps or _due(run.step, schedule.checkpoint_interval)
+    if preempted or run.step == run.max_steps or _due(run.step, schedule.checkpoint_interval):
+        return True
+    return epoch_end and schedule.save_checkpoint_every_epoch

@@ -39,6 +39,7 @@ from trainer.checkpoint import consolidate, manager
 from trainer.data.collate import Collator
 from trainer.distributed import DistEnv, Topology, build_mesh, check_launch
 from trainer.errors import checkpoint_error, data_error
+from trainer.hub_models import pin_hub_models
 from trainer.parallelize import parallelize
 from trainer.pipeline import build_pipeline
 from trainer.train_state import recipe_hash, restore_rng, seed_everything
@@ -220,6 +221,7 @@ def setup_run(
 ) -> TrainingRun:
     """Everything one run trains with. `checkpoints`: the manager to keep (a rollback
     rebuilds the run around the same one: its background publisher and gloo group)."""
+    recipe = pin_hub_models(recipe, env.local_rank)  # hub names at the validated commit
     seed = recipe.rng.seed  # the data order uses the shared seed on every rank
     seed_everything(seed + env.rank if recipe.rng.ranked else seed)
     check_launch(env, recipe.topology)

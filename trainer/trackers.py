@@ -2,9 +2,10 @@
 
 A recipe's `wandb:` / `mlflow:` section (`jobs.recipe.sections.trackers`) opens one tracker each on
 rank 0 (`open_trackers`); `trainer.metrics.RunLog` hands it every train and validation
-record it writes and finishes it with the run's outcome. The packages are optional and
-imported here, inside the tracker, only when a recipe asks for one: a missing package is
-a `TrainerError` (submit refuses such a job, so it means a worker installed differently).
+record it writes (it passes on the train records of every `log_remote_every_steps`-th
+step) and finishes it with the run's outcome. The packages are optional and imported
+here, inside the tracker, only when a recipe asks for one: a missing package is a
+`TrainerError` (submit refuses such a job, so it means a worker installed differently).
 A tracker is never allowed to stop training: the first error it raises at start or while
 logging (a tracking server down, a full disk) becomes one `tracker_warning` event and the
 tracker is dropped for the rest of the run; `metrics.jsonl` still has every step. Paths
@@ -245,11 +246,15 @@ class MlflowTracker:
 
 
 class GuardedTracker:
-    """A tracker whose first error is reported once and ends its logging, never the run."""
+    """A tracker whose first error is reported once and ends its logging, never the run.
 
-    def __init__(self, tracker: Tracker, warn: Warn):
+    It gets the train records of the first step and every `every`-th after it
+    (`step_scheduler.log_remote_every_steps`: AutoModel logs its 0-based steps 0, N, 2N...,
+    which are tuneyard's steps 1, N+1, 2N+1...), and every validation record."""
+
+    def __init__(self, tracker: Tracker, warn: Warn, every: int = 1):
         self.tracker, self.warn, self.alive = tracker, warn, True
-        self.name = tracker.name
+        self.name, self.every = tracker.name, max(1, every)
 
     def _call(self, what: str, call: Callable[[], None]) -> None:
         if not self.alive:
@@ -262,6 +267,8 @@ class GuardedTracker:
             self.warn(self.name, f"{why}; it logs nothing more, metrics.jsonl has every step")
 
     def log_train(self, record: dict[str, Any]) -> None:
+        if (int(record["step"]) - 1) % self.every:
+            return
         self._call("logging a train record", lambda: self.tracker.log_train(record))
 
     def log_val(self, record: dict[str, Any]) -> None:
@@ -281,12 +288,13 @@ def open_trackers(recipe: Recipe, run_dir: Path, warn: Warn) -> list[GuardedTrac
     """The recipe's trackers, started (call on rank 0 only). One that cannot start is a
     warning; a missing package is a TrainerError."""
     trackers: list[GuardedTracker] = []
+    every = recipe.step_scheduler.log_remote_every_steps
     for name, cls in TRACKERS:
         section = getattr(recipe, name)
         if section is None:
             continue
         try:
-            trackers.append(GuardedTracker(cls(section, recipe, run_dir), warn))
+            trackers.append(GuardedTracker(cls(section, recipe, run_dir), warn, every))
         except TrainerError:
             raise
         except Exception as exc:  # noqa: BLE001 - a tracker may fail any way; training goes on

@@ -72,6 +72,10 @@ class RecipeSettings(BaseSettings):
     # the cache. The API sets it from HF_HUB_OFFLINE (`jobs.store.settings`); `tuneyard
     # validate` leaves it off (a local check, not the workers' promise).
     hub_offline: bool = False
+    # Validation may fetch a hub model's config.json it has not cached
+    # (`jobs.recipe.model.hub`). The API turns it on unless it is offline; `tuneyard validate`
+    # leaves it off (a local check that reads the local cache only).
+    hub_fetch: bool = False
 
     @property
     def resolved_runs_dir(self) -> Path:

@@ -69,6 +69,10 @@ class StepScheduler:
     val_check_interval: int | None
     checkpoint_interval: int | None
     log_interval: int
+    # Added later, with the values older stored recipes meant: no checkpoint at an epoch's
+    # end, and every train record to the trackers.
+    save_checkpoint_every_epoch: bool = False
+    log_remote_every_steps: int = 1
 
 
 @dataclass(frozen=True)
@@ -322,6 +326,9 @@ class Recipe:
     wandb: Wandb | None  # trackers rank 0 logs to besides metrics.jsonl
     mlflow: Mlflow | None
     recovery: Recovery = Recovery()  # added later: older stored recipes load without it
+    # Hub model name -> the commit validation read its config from; the trainer loads that
+    # revision (`trainer.hub_models`). Added later, like `recovery`.
+    hub_revisions: dict[str, str] = field(default_factory=dict)
 
     @property
     def model_source(self) -> str | None:
@@ -337,6 +344,11 @@ class Recipe:
             if source:
                 return source
         return self.model_source
+
+    @property
+    def pickled_weights(self) -> bool:
+        """The model loads pickled `.bin` weights (`use_safetensors: false`, an operator's grant)."""
+        return self.model.kwargs.get("use_safetensors") is False
 
     @property
     def trust_remote_code(self) -> bool:
@@ -410,11 +422,11 @@ def build_recipe(
         if name in sections:
             continue
         raw = normalized.get(name)
-        sections[name] = None if raw is None else _load(inner, raw, f"{name}.")
+        sections[name] = raw if inner is None or raw is None else _load(inner, raw, f"{name}.")
     return Recipe(**sections)
 
 
-DERIVED_KEYS = ("format", "topology", "seq_length", "tokens_per_step")
+DERIVED_KEYS = ("format", "topology", "seq_length", "tokens_per_step", "hub_revisions")
 
 
 def is_stored_recipe(data: Any) -> bool:
@@ -466,9 +478,12 @@ def _load_plan(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
     """(name, has a default, the dataclass it holds) per field, worked out once per class."""
     hints = _hints(cls)
     return tuple(
-        (f.name, f.default is not dataclasses.MISSING, _dataclass_of(hints[f.name]))
-        for f in dataclasses.fields(cls)
+        (f.name, _has_default(f), _dataclass_of(hints[f.name])) for f in dataclasses.fields(cls)
     )
+
+
+def _has_default(f: dataclasses.Field) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
 
 
 def _load(cls: type, data: dict[str, Any], where: str) -> Any:

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from jobs.recipe.automodel.sections import is_family_refusal
+from jobs.recipe.automodel.families import recipe_family
 from jobs.recipe.errors import QUOTE_MAX, FieldError, RecipeInvalid, clip
 from jobs.recipe.load.bounds import NodeBudget, check_bounds
 from jobs.recipe.load.normalize import normalize_recipe
@@ -249,10 +249,11 @@ def validate_job(
     if pairs:  # `data` is this call's own (parsed or copied)
         data, apply_errors = apply_overrides(data, pairs)
         errors += apply_errors
+    family = recipe_family(data)
+    if family is not None:  # another family's recipe: that is the answer, not its details
+        return ValidationResult(False, [family], build_plan(None, None, res, None))
     normalized, setup, info, recipe_errors, warnings = normalize_recipe(data, res, settings, scope)
     errors = _mark_overridden(errors + recipe_errors, {k for k, _ in pairs})
-    family = [e for e in errors if is_family_refusal(e)]
-    errors = family or errors  # another family's recipe: that is the answer, not its details
     plan = build_plan(normalized, setup, res, info, flops_per_rank)
     if device_memory is not None and not errors:
         supports_tp = capabilities_for(info.architecture if info else None).supports_tp

@@ -23,6 +23,9 @@ class Settings(RecipeSettings):
     # A server whose workers cannot download (HF_HUB_OFFLINE=1, or TUNEYARD_HUB_OFFLINE)
     # refuses hub names its cache lacks (`jobs.recipe.model.hub`).
     hub_offline: bool = hub_offline_from_env()
+    # An online server fetches the config.json of a hub model it has not cached, and pins
+    # the job to that commit (`jobs.recipe.model.hub`); TUNEYARD_HUB_FETCH=0 turns it off.
+    hub_fetch: bool = True
     database_url: str | None = None
     broker_url: str | None = None
     auth: str = "on"

@@ -6,7 +6,8 @@ inside a function (lazily). The standard library is always allowed. Anything els
 violation, so a new dependency between rooms is a decision made here, not an accident.
 
 - `jobs.recipe` (the contract) imports pydantic and yaml only, plus the torch-free
-  `models.registry` table that says what each architecture can do.
+  `models.registry` table that says what each architecture can do, and, lazily,
+  `huggingface_hub` to fetch a hub model's config.json on an online server.
 - `jobs.store` may import `jobs.recipe`; `jobs.orchestration` may import `jobs.store`;
   `jobs.broker` is the only module that knows Celery, kombu or Redis (lazily).
 - `api` and `worker` import any `jobs` room, never `trainer`, `models` (but the registry)
@@ -54,7 +55,10 @@ def allow(module_level: set[str], lazy: set[str] = frozenset()) -> Allowed:
 
 
 ALLOWED: dict[str, Allowed] = {
-    "jobs/recipe": allow({*PYDANTIC, "yaml", "jobs.recipe", "models.registry"}),
+    # huggingface_hub (torch-free), lazily: an online server fetches a hub model's config.json
+    "jobs/recipe": allow(
+        {*PYDANTIC, "yaml", "jobs.recipe", "models.registry"}, {"huggingface_hub"}
+    ),
     # orjson: the engine's JSON column codec (a submit writes a few KB of JSON)
     "jobs/store": allow({"sqlalchemy", "orjson", "jobs.store", *JOBS_RECIPE}, {"alembic"}),
     "jobs/orchestration": allow({"sqlalchemy", "jobs.orchestration", "jobs.store", *JOBS_RECIPE}),

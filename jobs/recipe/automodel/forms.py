@@ -38,6 +38,8 @@ OPTIONAL_SECTIONS = (
     "compile",
     "clip_grad_norm",
     "loss_fn",
+    "autocast",
+    "quantization",
 )
 FIXED_VALUE_SECTIONS = (
     "step_scheduler",

@@ -5,13 +5,15 @@ tracker settings) and loader or section keywords that do not change what tuneyar
 `fold_side_sections` takes them out of a raw recipe before the schema sees it and reports
 each one as a warning naming why it is ignored, so nothing is dropped silently; a
 section tuneyard does not know at all stays an error (`jobs.recipe.load.schema.unknown_top_level`).
-`recipe_family_error` answers for recipe classes of families tuneyard does not train
-(VLM, diffusion, retrieval, speculative decoding, audio, sequence classification) with
-"not supported yet". Knowledge distillation (`llm_kd`) and benchmarking (`llm_benchmark`)
-are recipes of their own: `jobs.recipe.sections.kd`, `jobs.recipe.sections.benchmark`. The model loader's
-kernel keywords (`use_liger_kernel`, `use_sdpa_patching`, `sdpa_method`) are typed by
-`KernelValues` and applied by the loader (`models.common.kernels`); `kernel_option_notes`
-says at submit what of them will not apply.
+A top-level key starting with `_` (`_validation_dataset:`, `_chat_template: &tpl ...`) is
+one no AutoModel recipe reads: its recipes read their sections by name, so such a key only
+holds YAML anchors or a section switched off; it is dropped with a warning, before any
+`_target_` inside it is looked at. Recipes of families tuneyard does not train are
+answered in `jobs.recipe.automodel.families`. Knowledge distillation (`llm_kd`) and
+benchmarking (`llm_benchmark`) are recipes of their own: `jobs.recipe.sections.kd`,
+`jobs.recipe.sections.benchmark`. The model loader's kernel keywords (`use_liger_kernel`,
+`use_sdpa_patching`, `sdpa_method`) are typed by `KernelValues` and applied by the loader
+(`models.common.kernels`); `kernel_option_notes` says at submit what of them will not apply.
 """
 
 from __future__ import annotations
@@ -70,101 +72,6 @@ IGNORED_KEYS["teacher_model"] = {  # a KD teacher loads like the student, withou
     **IGNORED_KEYS["model"],
     **{key: _TEACHER_KERNELS for key in ("use_liger_kernel", "use_sdpa_patching", "sdpa_method")},
 }
-
-# Recipe module paths of AutoModel's other families: (prefix, family).
-FAMILY_MODULES = (
-    ("nemo_automodel.recipes.vlm.", "VLM fine-tuning"),
-    ("nemo_automodel.recipes.multimodal.", "multimodal fine-tuning"),
-    ("nemo_automodel.recipes.diffusion.", "diffusion training"),
-    ("nemo_automodel.recipes.retrieval.", "retrieval (bi-/cross-encoder) training"),
-    ("nemo_automodel.recipes.biencoder.", "retrieval (bi-/cross-encoder) training"),
-    ("nemo_automodel.recipes.encoder.", "retrieval (bi-/cross-encoder) training"),
-    ("nemo_automodel.recipes.asr.", "audio (ASR) fine-tuning"),
-    ("nemo_automodel.recipes.dllm.", "diffusion language model training"),
-    ("nemo_automodel.recipes.llm.train_seq_cls.", "sequence classification"),
-    ("nemo_automodel.recipes.llm.train_eagle", "speculative decoding (draft model) training"),
-    ("nemo_automodel.recipes.llm.train_dflash", "speculative decoding (draft model) training"),
-    ("nemo_automodel.recipes.llm.train_dspark", "speculative decoding (draft model) training"),
-    ("nemo_automodel.recipes.llm.train_peagle", "speculative decoding (draft model) training"),
-)
-# The same families by bare class name, as a recipe may write it.
-FAMILY_CLASSES = {
-    "FinetuneRecipeForVLM": "VLM fine-tuning",
-    "KnowledgeDistillationRecipeForVLM": "VLM knowledge distillation",
-    "TrainDiffusionRecipe": "diffusion training",
-    "TrainBiencoderRecipe": "retrieval (bi-/cross-encoder) training",
-    "TrainFinetuneRecipeForSequenceClassification": "sequence classification",
-}
-# Sections only another family's recipe has: (family, its recipe class).
-FAMILY_SECTIONS = {
-    "flow_matching": ("diffusion training", "TrainDiffusionRecipe"),
-}
-NOT_SUPPORTED = "is not supported by tuneyard yet"
-FAMILY_FIX = "tuneyard trains causal-LM fine-tuning and pretraining: use recipe: llm_finetune"
-
-
-def family_of(name: str) -> str | None:
-    """The family of an AutoModel recipe class name (dotted or bare), if tuneyard lacks it."""
-    for prefix, family in FAMILY_MODULES:
-        if name.startswith(prefix):
-            return family
-    return FAMILY_CLASSES.get(name.rsplit(".", 1)[-1])
-
-
-def recipe_family_error(name: Any, loc: str) -> FieldError | None:
-    """`<family> (<Class>) is not supported by tuneyard yet` for another family's recipe."""
-    family = family_of(name) if isinstance(name, str) else None
-    if family is None:
-        return None
-    cls = clip(name.rsplit(".", 1)[-1], QUOTE_MAX)
-    return FieldError(loc, f"{family} ({cls}) {NOT_SUPPORTED}", FAMILY_FIX)
-
-
-# Model loaders of other families (an image-text model is a VLM recipe's, whatever `recipe`).
-FAMILY_MODEL_LOADERS = {
-    "NeMoAutoModelForImageTextToText": ("VLM fine-tuning", "FinetuneRecipeForVLM"),
-    "AutoModelForImageTextToText": ("VLM fine-tuning", "FinetuneRecipeForVLM"),
-    "AutoModelForVision2Seq": ("VLM fine-tuning", "FinetuneRecipeForVLM"),
-    "NeMoAutoModelForSequenceClassification": (
-        "sequence classification",
-        "TrainFinetuneRecipeForSequenceClassification",
-    ),
-}
-
-
-def _model_family_errors(data: dict[str, Any]) -> list[FieldError]:
-    model = data.get("model")
-    target = model.get("_target_") if isinstance(model, dict) else None
-    if not isinstance(target, str) or recipe_family_error(_recipe_name(data), "recipe"):
-        return []
-    loader = next((p for p in target.split(".") if p in FAMILY_MODEL_LOADERS), None)
-    if loader is None:
-        return []
-    family, cls = FAMILY_MODEL_LOADERS[loader]
-    msg = f"{family} ({cls}) {NOT_SUPPORTED}: model._target_ loads {loader}"
-    return [FieldError("recipe", msg, FAMILY_FIX)]
-
-
-def _recipe_name(data: dict[str, Any]) -> Any:
-    value = data.get("recipe")
-    return value.get("_target_") if isinstance(value, dict) else value
-
-
-def is_family_refusal(error: FieldError) -> bool:
-    """An answer that the recipe belongs to a family tuneyard does not train."""
-    return error.loc == "recipe" and NOT_SUPPORTED in error.msg
-
-
-def family_section_errors(data: dict[str, Any]) -> list[FieldError]:
-    """A section only another family's recipe has names that family at `recipe`."""
-    errors = _model_family_errors(data)
-    for section, (family, cls) in FAMILY_SECTIONS.items():
-        if section in data:
-            data.pop(section)
-            msg = f"{family} ({cls}) {NOT_SUPPORTED}: the recipe has its {section!r} section"
-            errors.append(FieldError("recipe", msg, f"remove {section}; {FAMILY_FIX}"))
-    return errors
-
 
 SDPA_BACKEND_NAMES = ("cudnn_attention", "flash_attention", "efficient_attention", "math")
 
@@ -246,9 +153,25 @@ def kernel_option_notes(data: dict[str, Any]) -> list[FieldError]:
     return notes
 
 
+UNREAD = (
+    "accepted and ignored: AutoModel's recipes read their sections by name and none starts "
+    "with '_', so this key only holds YAML anchors (or a section switched off); tuneyard "
+    "reads nothing in it either"
+)
+
+
+def is_unread_key(key: Any) -> bool:
+    """A top-level `_name` (not a `_target_`-style `_name_`): a key no recipe reads."""
+    return isinstance(key, str) and key.startswith("_") and not key.endswith("_")
+
+
 def fold_side_sections(data: dict[str, Any]) -> list[FieldError]:
     """Pop AutoModel's side sections and ignored keys from `data`, one warning for each."""
-    warnings = kernel_option_notes(data)
+    unread = [key for key in data if is_unread_key(key)]
+    for key in unread:
+        data.pop(key)
+    warnings = [FieldError(clip(key, QUOTE_MAX), UNREAD) for key in unread]
+    warnings += kernel_option_notes(data)
     for name, why in SIDE_SECTIONS.items():
         if name in data:
             data.pop(name)

@@ -15,7 +15,8 @@ from typing import Any
 
 from jobs.recipe.automodel.blocks import fold_automodel_blocks
 from jobs.recipe.automodel.forms import check_warmup_decay, fold_value_forms
-from jobs.recipe.automodel.sections import family_section_errors, fold_side_sections
+from jobs.recipe.automodel.inert import fold_inert_keys
+from jobs.recipe.automodel.sections import fold_side_sections
 from jobs.recipe.errors import FieldError
 from jobs.recipe.load.schema import (
     FIXED_SECTIONS,
@@ -35,18 +36,20 @@ from jobs.recipe.model.config import (
     context_parallel_config_errors,
     estimate_param_count,
     expert_parallel_config_errors,
-    hub_cache_config,
     hub_cache_root,
     read_config_file,
     tensor_parallel_config_errors,
 )
 from jobs.recipe.model.fused_layout import fused_lora_errors
+from jobs.recipe.model.hub import hub_model_config
+from jobs.recipe.model.lora_targets import lora_target_errors
 from jobs.recipe.model.overrides import check_overrides, config_with_overrides
 from jobs.recipe.paths.data import check_checkpoint_paths, check_data_paths
 from jobs.recipe.paths.roots import PathCheck
 from jobs.recipe.paths.scope import JobScope
 from jobs.recipe.plan.batches import resolve_batches
 from jobs.recipe.sections.benchmark import check_benchmark
+from jobs.recipe.sections.chat_template import read_chat_template
 from jobs.recipe.sections.kd import (
     KD_RECIPE,
     as_teacher_errors,
@@ -56,10 +59,12 @@ from jobs.recipe.sections.kd import (
     prepare_kd_keys,
     vocab_errors,
 )
+from jobs.recipe.sections.quantization import check_quantization
 from jobs.recipe.sections.trackers import check_trackers
 from jobs.recipe.sections.values import (
     check_dataset_values,
     check_lr_scheduler,
+    check_moe_rank_scaling,
     check_optimizer,
     check_packing,
     check_peft,
@@ -103,6 +108,7 @@ class ModelInfo:
     param_count: int | None = None
     config: dict[str, Any] | None = None
     warnings: list[FieldError] = field(default_factory=list)
+    revisions: dict[str, str] = field(default_factory=dict)  # hub name -> the commit read
 
 
 def _fixed_sections(data: dict[str, Any], out: dict[str, Any]) -> list[FieldError]:
@@ -120,8 +126,14 @@ def _fixed_sections(data: dict[str, Any], out: dict[str, Any]) -> list[FieldErro
 
 
 def _target_sections(
-    data: dict[str, Any], out: dict[str, Any], settings: RecipeSettings
+    data: dict[str, Any],
+    out: dict[str, Any],
+    settings: RecipeSettings,
+    scope: JobScope | None,
+    warnings: list[FieldError],
 ) -> list[FieldError]:
+    """Each `_target_` section checked into `out`; a chat template file is read first, its
+    note appended to `warnings`."""
     errors: list[FieldError] = []
     for name in TARGET_SECTIONS:
         value = data.get(name)
@@ -134,6 +146,10 @@ def _target_sections(
             fix = f"write {name}: as a YAML mapping with _target_ and its arguments"
             errors.append(FieldError(name, "must be a mapping with a _target_", fix))
         elif value is not None:
+            if name in ("dataset", "validation_dataset"):
+                errs, notes = read_chat_template(out[name], name, settings, scope)
+                errors += errs
+                warnings += notes
             errors += _target_section(name, out[name], settings)
     return errors
 
@@ -182,12 +198,17 @@ def _absolutize(out: dict[str, Any], checks: dict[str, PathCheck]) -> None:
 
 
 def _model_info(
-    model: Any, checks: dict[str, PathCheck], roots: list[Path], section: str = "model"
+    model: Any,
+    checks: dict[str, PathCheck],
+    roots: list[Path],
+    section: str = "model",
+    fetch: bool = False,
 ) -> tuple[ModelInfo, list[FieldError]]:
-    """What the model's config says; `roots` are the data roots its file must stay in."""
+    """What the model's config says; `roots` are the data roots its file must stay in;
+    `fetch`: a hub model's config may be fetched from the hub (`jobs.recipe.model.hub`)."""
     if not isinstance(model, dict):
         return ModelInfo(), []
-    config, errors = model.get("config"), []
+    config, errors, revisions = model.get("config"), [], {}
     if not isinstance(config, dict) or is_target_section(config):
         config = None
         for loc, value in _config_sources(model, section):
@@ -195,12 +216,15 @@ def _model_info(
             if check and check.kind == "local" and check.path is not None:
                 config, errors = read_config_file(check.path, loc, roots)
             elif check and check.kind == "hub":
-                cached = hub_cache_config(str(value))
-                hub = [hub_cache_root()]
-                config, errors = read_config_file(cached, loc, hub) if cached else (None, [])
+                file, commit, errors = hub_model_config(str(value), loc, fetch)
+                if file is not None:
+                    config, errors = read_config_file(file, loc, [hub_cache_root()])
+                    revisions = {str(value): commit} if config is not None and commit else {}
     errs, warnings = _override_errors(model, section, config)
     built = config_with_overrides(config, model)
-    info = ModelInfo(architecture_of(built), estimate_param_count(built), built, warnings)
+    info = ModelInfo(
+        architecture_of(built), estimate_param_count(built), built, warnings, revisions
+    )
     return info, errors + errs
 
 
@@ -230,12 +254,17 @@ def _override_errors(
 
 
 def _teacher_errors(
-    out: dict[str, Any], checks: dict[str, PathCheck], roots: list[Path], student: ModelInfo
+    out: dict[str, Any],
+    checks: dict[str, PathCheck],
+    roots: list[Path],
+    student: ModelInfo,
+    fetch: bool,
 ) -> list[FieldError]:
     """A KD recipe's teacher: readable config, the student's vocabulary, a topology it can run."""
     if out["recipe"] != KD_RECIPE:
         return []
-    teacher, errors = _model_info(out.get("teacher_model"), checks, roots, "teacher_model")
+    teacher, errors = _model_info(out.get("teacher_model"), checks, roots, "teacher_model", fetch)
+    out["hub_revisions"].update(teacher.revisions)
     errors += vocab_errors(student.config, teacher.config)
     return errors + kd_topology_errors(out.get("distributed"))
 
@@ -285,14 +314,23 @@ def _target_section_warnings(out: dict[str, Any]) -> list[FieldError]:
     ]
 
 
-def automodel_forms(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldError]]:
-    """AutoModel's side sections, ignored keys and value forms folded in place: (errors, warnings)."""
-    errors = family_section_errors(data)
+def automodel_forms(
+    data: dict[str, Any], accelerator: str
+) -> tuple[list[FieldError], list[FieldError]]:
+    """AutoModel's side sections, ignored keys, value forms, keys without effect here and
+    its QLoRA section, folded in place: (errors, warnings)."""
     warnings = fold_side_sections(data)
-    block_errors, block_warnings = fold_automodel_blocks(data)
-    errors, warnings = errors + block_errors, warnings + block_warnings
-    form_errors, form_warnings = fold_value_forms(data)
-    return errors + form_errors, warnings + form_warnings
+    errors, block_warnings = fold_automodel_blocks(data)
+    warnings += block_warnings
+    # In this order: value forms drop a `pipeline` block without pipelining before its keys
+    # are looked at, and `none` sections before their contents are.
+    for errs, warns in (
+        fold_value_forms(data),
+        fold_inert_keys(data),
+        check_quantization(data, accelerator),
+    ):
+        errors, warnings = errors + errs, warnings + warns
+    return errors, warnings
 
 
 def normalize_recipe(
@@ -303,7 +341,7 @@ def normalize_recipe(
 ) -> tuple[dict[str, Any], DistributedSetup | None, ModelInfo, list[FieldError], list[FieldError]]:
     """The normalized recipe, its DistributedSetup, what is known of the model, all errors,
     and the warnings: what was accepted but is not used."""
-    errors, warnings = automodel_forms(data)
+    errors, warnings = automodel_forms(data, resources.accelerator)
     errors += unknown_top_level(data)
     data = {k: v for k, v in data.items() if k in TOP_LEVEL_KEYS}
     errors += fold_synonyms(data)
@@ -312,7 +350,8 @@ def normalize_recipe(
     errs += prepare_kd_keys(data, out["recipe"])
     out["kd_ratio"], kd_errs = check_kd_ratio(data.get("kd_ratio"), out["recipe"])
     errs += kd_errs
-    errors += errs + _fixed_sections(data, out) + _target_sections(data, out, settings)
+    errors += errs + _fixed_sections(data, out)
+    errors += _target_sections(data, out, settings, scope, warnings)
     errors += check_trackers(data, out, settings, scope, warnings)
     errs, bench_warnings = check_benchmark(data, out)
     errors, warnings = errors + errs + _stray_targets(out), warnings + bench_warnings
@@ -322,14 +361,19 @@ def normalize_recipe(
     _absolutize(out, checks)
     errors += errs + path_errors
     errors += check_checkpoint_paths(out["checkpoint"], out["restore_from"], settings, scope)
-    info, errs = _model_info(out.get("model"), checks, settings.allowed_data_roots())
-    errors += errs + _teacher_errors(out, checks, settings.allowed_data_roots(), info)
+    roots, fetch = settings.allowed_data_roots(), settings.hub_fetch and not settings.hub_offline
+    info, errs = _model_info(out.get("model"), checks, roots, fetch=fetch)
+    out["hub_revisions"] = dict(info.revisions)
+    errors += errs + _teacher_errors(out, checks, roots, info, fetch)
     warnings += info.warnings + _target_section_warnings(out)
+    errs, notes = check_moe_rank_scaling(out["peft"], info.config, info.architecture)
+    errors, warnings = errors + errs, warnings + notes
     if setup is not None:
         errors += capability_errors(info.architecture, out["distributed"], out["peft"] is not None)
         errors += context_parallel_config_errors(info.config, out["distributed"])
         errors += tensor_parallel_config_errors(info.config, out["distributed"], out.get("model"))
         errors += fused_lora_errors(info.config, out["peft"])
+        errors += lora_target_errors(info.config, out["peft"], out.get("model"))
         errors += expert_parallel_config_errors(info.config, out["distributed"], out.get("model"))
         errors += pipeline_config_errors(info.config, out["distributed"])
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)

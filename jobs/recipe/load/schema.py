@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from jobs.recipe.automodel.sections import recipe_family_error
+from jobs.recipe.automodel.families import recipe_family_error
 from jobs.recipe.errors import FieldError, did_you_mean, shown
 from jobs.recipe.load import limits
 from jobs.recipe.load.plain import fresh
@@ -101,6 +101,12 @@ class StepSchedulerSection(Section):
     val_check_interval: Steps | None = None
     checkpoint_interval: Steps | None = None
     log_interval: Steps = 1
+    # Also a checkpoint at the step that ends each pass over the data. AutoModel's default
+    # is true; tuneyard's stays false (a checkpoint every checkpoint_interval and at the end).
+    save_checkpoint_every_epoch: bool = False
+    # Train records go to wandb/mlflow at the first step and every N-th after it, as in
+    # AutoModel; metrics.jsonl always has every step.
+    log_remote_every_steps: Steps = 1
 
 
 class RngSection(Section):
@@ -171,6 +177,9 @@ class PeftSection(Section):
     dropout_position: Literal["pre", "post"] = "post"
     use_dora: bool = False
     use_triton: bool = False
+    # AutoModel's expert LoRA rank dim // experts per token; decided against the model's
+    # config and taken out of the section (`jobs.recipe.sections.values.check_moe_rank_scaling`).
+    moe_rank_scaling: bool = False
 
 
 class Fp8Section(Section):

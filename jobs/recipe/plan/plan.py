@@ -40,6 +40,7 @@ PLAN_KEYS = (
     "tokens_per_step",
     "architecture",
     "param_count",
+    "hub_revisions",
     "requires",
     "estimate",
 )
@@ -89,6 +90,7 @@ def build_plan(
         plan["tokens_per_step"] = plan["seq_length"] * plan["global_batch_size"]
     if info is not None:
         plan["architecture"], plan["param_count"] = info.architecture, info.param_count
+    plan["hub_revisions"] = recipe.get("hub_revisions") or {}  # the commits validation read
     plan["requires"] = requirement_sources(recipe)  # package -> the field that needs it
     config = info.config if info is not None else None
     plan["estimate"] = build_estimate(recipe, setup, plan, config, flops_per_rank)

@@ -106,4 +106,8 @@ def _benchmark_defaults(data: dict[str, Any], out: dict[str, Any]) -> list[Field
         schedule["val_check_interval"] = None
         msg = "accepted and ignored: a benchmark runs no validation"
         warnings.append(FieldError("step_scheduler.val_check_interval", msg))
+    if schedule.get("save_checkpoint_every_epoch"):
+        schedule["save_checkpoint_every_epoch"] = False
+        msg = "accepted and ignored: a benchmark saves one checkpoint at most, at its end"
+        warnings.append(FieldError("step_scheduler.save_checkpoint_every_epoch", msg))
     return warnings

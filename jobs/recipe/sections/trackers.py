@@ -4,13 +4,14 @@ A recipe that carries either section makes the trainer log every MetricsSample a
 validation record to that tracker as well as to `metrics.jsonl` (`trainer.trackers`). The
 keys are AutoModel's: its `wandb:` block is forwarded to `wandb.init`, so every `wandb.init`
 keyword is accepted here, used (`WANDB_USED`) or reported as ignored (`WANDB_IGNORED`); its
-`mlflow:` block is AutoModel's `MLflowConfig`, all of it used. Credentials never sit in a
-recipe (it is stored with the job and shown to its readers): they come from the worker's
-environment. Paths a tracker writes stay inside the job: a relative path is under the run
-directory (the trainer resolves it there), an absolute one must lie in the checkpoint
-roots and, for a job the server validates, in its project's own part of them. Each
-tracker is an optional package (`pip install 'tuneyard[wandb]'`): `TRACKER_PACKAGES` names
-its import name, and the job then requires it.
+`mlflow:` block is AutoModel's `MLflowConfig`, all of it used. `wandb.enable: false`
+turns W&B off (the section is dropped, with a warning), as in AutoModel. Credentials never
+sit in a recipe (it is stored with the job and shown to its readers): they come from the
+worker's environment. Paths a tracker writes stay inside the job: a relative path is under
+the run directory (the trainer resolves it there), an absolute one must lie in the
+checkpoint roots and, for a job the server validates, in its project's own part of them.
+Each tracker is an optional package (`pip install 'tuneyard[wandb]'`): `TRACKER_PACKAGES`
+names its import name, and the job then requires it.
 """
 
 from __future__ import annotations
@@ -155,6 +156,11 @@ def check_trackers(
             why = "an empty mlflow: section turns MLflow on in neither AutoModel nor tuneyard"
             notes.append(FieldError(name, f"accepted and ignored: {why}"))
             continue
+        if name == "wandb" and "enable" in value:
+            value, errs = _wandb_switch(value, notes)
+            errors += errs
+            if value is None:
+                continue
         value, errs = _prepared(name, value, notes)
         try:
             section = cls.model_validate(value).model_dump(mode="json")
@@ -166,6 +172,23 @@ def check_trackers(
         out[name] = section if not errs else None
         errors += errs
     return errors
+
+
+def _wandb_switch(
+    value: dict[str, Any], warnings: list[FieldError]
+) -> tuple[dict[str, Any] | None, list[FieldError]]:
+    """AutoModel's `wandb.enable`: the section without it, or None when it is false (W&B off,
+    as AutoModel drops the whole section then). Applied after overrides, so
+    `--wandb.enable true` turns a recipe's W&B back on, as it does in AutoModel."""
+    kept = {k: v for k, v in value.items() if k != "enable"}
+    if not isinstance(value["enable"], bool):
+        msg = f"must be true or false, got {shown(value['enable'])}"
+        return None, [FieldError("wandb.enable", msg, "set wandb.enable: true or false")]
+    if value["enable"]:
+        return kept, []
+    msg = "W&B logging is off: the rest of the wandb section is not used (as in AutoModel)"
+    warnings.append(FieldError("wandb.enable", msg))
+    return None, []
 
 
 def _prepared(

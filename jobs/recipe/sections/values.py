@@ -1,6 +1,7 @@
 """Value rules of single sections: the optimizer's learning rate, the scheduler's bounds,
-PEFT, sequence packing, the tokens of one micro-batch and the dataset's numeric keywords
-(each within its maximum in `jobs.recipe.load.limits`).
+PEFT (and its MoE rank scaling, against the model's config), sequence packing, the tokens
+of one micro-batch and the dataset's numeric keywords (each within its maximum in
+`jobs.recipe.load.limits`).
 """
 
 from __future__ import annotations
@@ -191,3 +192,39 @@ def check_dataset_values(section: dict[str, Any], loc: str) -> list[FieldError]:
         if section.get(key) is not None:
             errors += name_errors(section[key], f"{loc}.{key}", example)
     return errors
+
+
+# Config keys that give a model's routed-expert count, as transformers' MoE configs name it.
+EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+MOE_RANK_MSG = (
+    "scales the LoRA rank of MoE experts to dim // experts per token in AutoModel, which "
+    "tuneyard's trainer does not support yet: its LoRA gives every adapted module rank dim, "
+    "so it would train different adapters"
+)
+
+
+def _has_experts(config: dict[str, Any] | None) -> bool | None:
+    """Whether the config has routed experts; None when it is not known (no config)."""
+    if not isinstance(config, dict):
+        return None
+    inner = config.get("text_config")
+    counts = [config.get(k) for k in EXPERT_COUNT_KEYS]
+    counts += [inner.get(k) for k in EXPERT_COUNT_KEYS] if isinstance(inner, dict) else []
+    return any(is_number(n) and n > 1 for n in counts)
+
+
+def check_moe_rank_scaling(
+    peft: dict[str, Any] | None, config: dict[str, Any] | None, architecture: str | None
+) -> tuple[list[FieldError], list[FieldError]]:
+    """`peft.moe_rank_scaling`, taken out of the section: false is tuneyard's behaviour; true
+    is refused unless the model's config shows it has no experts: (errors, warnings)."""
+    if peft is None or not peft.pop("moe_rank_scaling", False):
+        return [], []
+    loc, fix = "peft.moe_rank_scaling", "set peft.moe_rank_scaling: false (rank dim everywhere)"
+    experts = _has_experts(config)
+    if experts is False:
+        who = shown(architecture) if architecture else "the model"
+        msg = f"accepted and ignored: {who} has no experts, so no LoRA rank is scaled"
+        return [], [FieldError(loc, msg)]
+    unknown = " (the model's config is not readable here, so experts cannot be ruled out)"
+    return [FieldError(loc, MOE_RANK_MSG + (unknown if experts is None else ""), fix)], []

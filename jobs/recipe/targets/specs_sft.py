@@ -6,8 +6,9 @@ Each dataset takes AutoModel's keyword names (`HellaSwag`: `path_or_dataset`, `s
 `path_or_dataset_id`, `split`, `seq_length`, ...) and gets the trainer's tokenizer. Path
 keywords are checked against the data roots, names (`split`, `name`) are never paths, and a
 strict value model types the rest (bools, the column mapping, the padding and truncation
-modes, a chat template), so a wrong type is refused at submit at its field. `IGNORED` says,
-per callable, which keywords are accepted but change nothing here, and why.
+modes, a chat template's text, which a template file becomes at submit), so a wrong type
+is refused at submit at its field. `IGNORED` says, per callable, which keywords are
+accepted but change nothing here, and why.
 
 The tokenizer callables load local files or the hub cache only; `trust_remote_code` is the
 model's grant, supplied by the trainer, so a recipe may not give it.
@@ -45,13 +46,14 @@ Truncation = Literal["do_not_truncate", "longest_first", "only_first", "only_sec
 def _inline_template(value: str) -> str:
     if "{{" not in value and "{%" not in value:
         raise ValueError(
-            "must be the Jinja template text itself (a template file is not read): "
-            "paste the file's contents, or leave chat_template out to use the tokenizer's"
+            "must be Jinja template text ({{ or {%), or the path of a template file inside "
+            "the data roots; leave chat_template out to use the tokenizer's"
         )
     return value
 
 
-# A Jinja template, inline: a file path here would be read outside the data-root checks.
+# A Jinja template, as text: a file path has been read at submit by then, inside the data
+# roots (`jobs.recipe.sections.chat_template`), so the trainer never opens a file for it.
 ChatTemplate = Annotated[
     str, StringConstraints(max_length=200_000), AfterValidator(_inline_template)
 ]

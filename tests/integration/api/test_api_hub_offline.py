@@ -1,4 +1,5 @@
-"""An offline server (HF_HUB_OFFLINE=1, as the test session runs) refuses uncached hub names."""
+"""Hub names at the API: an offline server (HF_HUB_OFFLINE=1, as the test session runs) refuses
+uncached ones; an online one fetches a hub model's config and pins its commit."""
 
 from __future__ import annotations
 
@@ -27,3 +28,37 @@ def test_an_online_server_accepts_it_for_the_worker(client, stack, body):
     finally:
         stack.settings.hub_offline = True
     assert answer.status_code == 200, answer.text
+
+
+def test_an_online_server_fetches_a_hub_models_config_and_pins_its_commit(
+    client, stack, body, tmp_path, monkeypatch
+):
+    import huggingface_hub.constants
+    from hub_server import repo_commit, serve_hub, write_repo
+
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": 512,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    }
+    repo = write_repo(tmp_path / "hub", "org/hub-llama", {"config.json": config})
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "api-cache"))
+    body = copy.deepcopy(body)
+    body["recipe"]["model"]["pretrained_model_name_or_path"] = "org/hub-llama"
+    stack.settings.hub_offline, stack.settings.hub_fetch = False, True
+    try:
+        with serve_hub(tmp_path / "hub") as endpoint:
+            monkeypatch.setenv("HF_ENDPOINT", endpoint)
+            answer = client.post("/v1/jobs", json=body, headers=stack.headers("submit"))
+    finally:
+        stack.settings.hub_offline = True
+    assert answer.status_code == 201, answer.text
+    plan = answer.json()["plan"]
+    assert plan["architecture"] == "LlamaForCausalLM"
+    assert plan["hub_revisions"] == {"org/hub-llama": repo_commit(repo)}

@@ -1,0 +1,110 @@
+"""Validate NeMo AutoModel's example recipes at their own topology; print counts by scope and cause.
+
+    git -C <Automodel checkout> archive HEAD examples | tar -x -C /tmp/am
+    python3 bench/automodel_sweep.py /tmp/am/examples [--json out.json] [--causes 40]
+
+Each YAML under the path is validated as `tuneyard validate` would, on CUDA, at the node and
+GPU counts the recipe states (`ci.nodes`, `ci.nproc_per_node` or 4 per GB200 node else 8;
+`benchmark.num_nodes`), with remote code granted (an operator's decision, not a recipe
+property). In scope are the causal-LM directories (fine-tuning, pretraining, KD, benchmarks,
+convergence, long context); every other directory's recipe should answer with one "not
+supported" error. Prints the valid count, the hub-config refusals, the out-of-scope answers,
+crashes, and the most frequent first causes. AutoModel's files are read, never copied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobs.recipe.validation import validate_job
+
+IN_SCOPE = {
+    "llm_finetune",
+    "llm_pretrain",
+    "llm_kd",
+    "llm_benchmark",
+    "convergence",
+    "long_context_validation",
+}
+HUB_UNREADABLE = "config.json is not readable here"
+
+
+def topology(path: Path) -> dict[str, Any]:
+    """The resources the recipe says it runs on (1 node of 8 GPUs when it says nothing)."""
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError:
+        data = {}
+    data = data if isinstance(data, dict) else {}
+    ci = data.get("ci") if isinstance(data.get("ci"), dict) else {}
+    bench = data.get("benchmark") if isinstance(data.get("benchmark"), dict) else {}
+    nodes = ci.get("nodes") or bench.get("num_nodes") or 1
+    per_node = ci.get("nproc_per_node") or (4 if "gb200" in str(ci.get("cluster_tag")) else 8)
+    return {"nnodes": int(nodes), "nproc_per_node": int(per_node), "accelerator": "cuda"}
+
+
+def sweep(root: Path) -> list[dict[str, Any]]:
+    rows = []
+    for path in sorted(root.rglob("*.yaml")):
+        relative = path.relative_to(root)
+        try:
+            result = validate_job(path, [], topology(path), allow_remote_code=True)
+            errors = [str(e) for e in result.errors]
+        except Exception as exc:  # noqa: BLE001 - a crash is what the sweep looks for
+            result, errors = None, [f"CRASH {type(exc).__name__}: {exc}"]
+        rows.append(
+            {
+                "path": str(relative),
+                "in_scope": relative.parts[0] in IN_SCOPE,
+                "valid": bool(result and result.valid),
+                "errors": errors,
+            }
+        )
+    return rows
+
+
+def cause(error: str) -> str:
+    """An error with its quoted values and numbers blanked, to count alike ones together."""
+    return re.sub(r"\d+", "N", re.sub(r"'[^']*'", "'X'", error))[:120]
+
+
+def report(rows: list[dict[str, Any]], causes: int) -> None:
+    inside = [r for r in rows if r["in_scope"]]
+    outside = [r for r in rows if not r["in_scope"]]
+    refused = [r for r in inside if not r["valid"]]
+    hub = [r for r in refused if any(HUB_UNREADABLE in e for e in r["errors"])]
+    single = [r for r in outside if len(r["errors"]) == 1 and "not supported" in r["errors"][0]]
+    print(f"in scope: {len(inside)} recipes, {len(inside) - len(refused)} valid")
+    print(f"  refused: {len(refused)}; with an unreadable hub config among the causes: {len(hub)}")
+    other = [r for r in refused if r not in hub]
+    print(f"  refused for other reasons only: {len(other)}")
+    print(f"out of scope: {len(outside)} recipes, {len(single)} answer one 'not supported'")
+    print(f"crashes: {sum(e.startswith('CRASH') for r in rows for e in r['errors'])}")
+    by_family = collections.Counter(Path(r["path"]).parts[1] for r in other)
+    print("refused for other reasons, by family:", dict(by_family.most_common()))
+    counts = collections.Counter(cause(r["errors"][0]) for r in refused if r["errors"])
+    for text, n in counts.most_common(causes):
+        print(f"{n:4d}  {text}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("examples", type=Path, help="AutoModel's examples/ directory")
+    parser.add_argument("--json", type=Path, help="write every recipe's result here")
+    parser.add_argument("--causes", type=int, default=30, help="first causes to list")
+    args = parser.parse_args()
+    rows = sweep(args.examples)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    report(rows, args.causes)
+
+
+if __name__ == "__main__":
+    main()
