@@ -4,7 +4,12 @@
   caller sent wrong (recipe fields, body fields, query parameters); `loc` is a dotted path
   without the `body.` / `query.` prefix.
 - every other error: `{"error": {"code": "not_found", "message": "...", ...}}`; a 409 for a
-  state conflict adds `current_status` (and `job_id`), an idempotency conflict adds `job_id`.
+  state conflict adds `current_status` (and `job_id`), an idempotency conflict adds `job_id`,
+  an ambiguous job id prefix adds `candidates`.
+
+A body that is not JSON is a 422 at `body` saying where it broke (line, column, character),
+and an unknown body field gets a "did you mean" among the fields of the model it sits in
+(`recipe_yml` -> `recipe_yaml`, `resources.nproc_per_nod` -> `nproc_per_node`).
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from jobs.recipe.errors import FieldError
+from jobs.recipe.errors import FieldError, did_you_mean
 from jobs.recipe.load.schema_errors import request_field_errors
 
 log = logging.getLogger("tuneyard.api")
@@ -132,9 +138,58 @@ async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
     return field_errors_response(exc.errors)
 
 
-async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+def json_break(doc: object, pos: int, reason: str) -> FieldError:
+    """The error for a body that is not JSON, saying where the parser stopped."""
+    where = f"character {pos}"
+    if isinstance(doc, str) and 0 <= pos <= len(doc):
+        line, column = doc.count("\n", 0, pos) + 1, pos - doc.rfind("\n", 0, pos)
+        where = f"line {line}, column {column} ({where})"
+    return FieldError(
+        "body",
+        f"the body is not valid JSON: {reason} at {where}",
+        f"fix the JSON at {where.split(' (')[0]} (a missing comma or quote, a trailing "
+        "comma), or send the recipe as `recipe_yaml` text",
+    )
+
+
+def _body_model(request: Request) -> type[BaseModel] | None:
+    """The pydantic model the matched route reads its body into, if any."""
+    field = getattr(request.scope.get("route"), "body_field", None)
+    model = getattr(getattr(field, "field_info", None), "annotation", None)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _sibling_fields(model: type[BaseModel] | None, path: tuple[Any, ...]) -> list[str]:
+    """The field names of the model at `path` inside `model` (empty when it is no model)."""
+    for part in path:
+        field = model.model_fields.get(str(part)) if model else None
+        inner = field.annotation if field else None
+        model = inner if isinstance(inner, type) and issubclass(inner, BaseModel) else None
+    return list(model.model_fields) if model else []
+
+
+def request_errors(
+    request: Request, errors: list[dict[str, Any]], body: object
+) -> list[FieldError]:
+    """FieldErrors for a refused request: JSON breaks located, unknown body fields with a
+    did-you-mean among their model's fields."""
+    out = []
+    for err, field_error in zip(errors, request_field_errors(errors), strict=True):
+        loc = tuple(err.get("loc", ()))
+        if err.get("type") == "json_invalid" and len(loc) == 2 and isinstance(loc[1], int):
+            reason = str((err.get("ctx") or {}).get("error", "unreadable"))
+            field_error = json_break(body, loc[1], reason)
+        elif err.get("type") == "extra_forbidden" and loc[:1] == ("body",) and len(loc) > 1:
+            hint = did_you_mean(str(loc[-1]), _sibling_fields(_body_model(request), loc[1:-1]))
+            if hint:
+                field_error = FieldError(field_error.loc, field_error.msg, hint)
+        out.append(field_error)
+    return out
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return field_errors_response(request_field_errors(exc.errors()))
+    return field_errors_response(request_errors(request, list(exc.errors()), exc.body))
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:

@@ -2,8 +2,9 @@
 (`tuneyard api` serves `api.main:app`).
 
 The factory wires settings, the session factory, error handlers, Prometheus request
-metrics, the request body's size limit (`api.limits`) and deadline, the access log, the
-refusal of keys in URLs, security headers (`api.middleware`), the routers, the API docs
+metrics, the request body's size limit (`api.limits`) and deadline, gzip for large
+answers, the access log, the refusal of keys in URLs, security headers (`api.middleware`),
+the routers, the API docs
 from shipped assets (`api.docs`) and, where present, the dashboard
 (`api.dashboard.mount_dashboard`).
 With `TUNEYARD_AUTH=off` every request acts as admin of the `default` project; the app
@@ -22,6 +23,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import sessionmaker
+from starlette.middleware.gzip import GZipMiddleware
 
 from api.docs import mount_docs
 from api.errors import COMMON_ERRORS, install_error_handlers
@@ -134,6 +136,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         seconds=settings.body_timeout_seconds,
     )
     app.add_middleware(KeyInQueryMiddleware)
+    # A job list is ~6 KB a job, polled every few seconds by the dashboard: JSON compresses
+    # ~10x. Small answers stay as they are (gzip's header would outweigh the saving); level
+    # 6, zlib's default, costs half of level 9's CPU for nearly the same size. Server-sent
+    # event streams are never compressed (Starlette excludes text/event-stream).
+    app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
     app.add_middleware(UnexpectedErrorMiddleware)
     app.add_middleware(MetricsMiddleware)
     install_tracing(app)  # TUNEYARD_OTEL=on: inside the request id, which the span carries

@@ -20,9 +20,11 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    WithJsonSchema,
     create_model,
 )
 
+from api.recipe_schema import recipe_json_schema
 from jobs.recipe.load.bounds import CONTROL_FIX, control_msg, unsafe_char
 from jobs.recipe.load.limits import MAX_NNODES, MAX_NPROC_PER_NODE
 from jobs.recipe.load.overrides import MAX_OVERRIDES, TOO_MANY
@@ -94,7 +96,11 @@ class JobCreate(BaseModel):
     )
 
     name: Printable | None = Field(None, min_length=1, max_length=200)
-    recipe: dict[str, Any] | None = None
+    # Documented with the recipe's (advisory) schema; accepted as any object, as before.
+    recipe: Annotated[
+        dict[str, Any] | None,
+        WithJsonSchema({"anyOf": [recipe_json_schema(), {"type": "null"}]}),
+    ] = None
     recipe_yaml: str | None = Field(None, max_length=1_000_000)
     overrides: Annotated[list[OverrideText], BeforeValidator(_at_most_max_overrides)] = Field(
         default_factory=list, max_length=MAX_OVERRIDES

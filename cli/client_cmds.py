@@ -1,10 +1,14 @@
 """Client commands: talk to a tuneyard server over HTTP (`submit`, `jobs`, `watch`, `wait`, ...).
 
 Every command here is a thin call through `cli.http_client` to the `/v1` API; the server is
-selected by `--server` or `TUNEYARD_URL`, the key by `TUNEYARD_API_KEY`. Read commands take
-`--json` for scripts. Exit codes are stable so CI can branch on them (`CliExitCode`): a job that
-succeeded exits 0, failed 1, cancelled 3; a refused request (bad recipe, unknown job, bad
-key, an action the job's state does not allow) exits 2 and prints the server's reason.
+selected by the global `tuneyard --server URL` (or `TUNEYARD_URL`), the key by the global
+`--api-key` (or `TUNEYARD_API_KEY`); a command's own `--server` / `--api-key` still wins. A
+job is named by its full id or a unique prefix of at least 8 characters (the server resolves
+it within the caller's project). Commands take `--json` for scripts, and with it a refusal
+is JSON on stdout too (`cli.job_views.error_json`). Exit codes are stable so CI can branch on
+them (`CliExitCode`): a job that succeeded exits 0, failed 1, cancelled 3; a refused request
+(bad recipe, unknown or ambiguous job, bad key, an action the job's state does not allow)
+exits 2 and prints the server's reason.
 `cli.main` imports this module at every start, so rich and httpx are imported only inside
 the commands: `tuneyard validate` never pays for them. Whatever the server sent is printed
 through `cli.terminal` (`printable`, `markup_safe`): a job name holding ESC shows as `\x1b`.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli.http_client import DEFAULT_URL, ClientError, CliExitCode, TuneyardClient, items_of
+from cli.job_views import error_json, status_lines, summary_lines
 from cli.terminal import markup_safe, printable
 from jobs.recipe.load.overrides import override_texts
 from jobs.store.status import SETTLED, TERMINAL, JobStatus
@@ -46,12 +52,19 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
-def report_error(error: ClientError) -> CliExitCode:
-    """Print a refused or failed request the way the server explained it; its exit code."""
+def report_error(error: ClientError, as_json: bool = False) -> CliExitCode:
+    """Print a refused or failed request the way the server explained it (with `as_json`:
+    as one JSON document on stdout); its exit code."""
+    if as_json:
+        print_json(error_json(error))
+        return error.exit_code
     err = console(stderr=True)
     err.print(f"[red]error:[/red] {markup_safe(error)}")
     if error.current_status:
         err.print(f"  current state: [bold]{markup_safe(error.current_status)}[/bold]")
+    candidates = error.detail.get("candidates")
+    if isinstance(candidates, list):
+        err.print("  candidates: " + ", ".join(markup_safe(c) for c in candidates))
     for item in error.errors:
         loc = item.get("loc", "")
         loc = ".".join(str(p) for p in loc) if isinstance(loc, list) else str(loc)
@@ -61,28 +74,62 @@ def report_error(error: ClientError) -> CliExitCode:
 
 
 def exits_on_client_error(command: Callable[..., None]) -> Callable[..., None]:
-    """Wrap a command so a ClientError prints the server's reason and exits with its code."""
+    """Wrap a command so a ClientError prints the server's reason and exits with its code
+    (as JSON on stdout when the command was given `--json`)."""
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> None:
         try:
             command(*args, **kwargs)
         except ClientError as exc:
-            raise typer.Exit(int(report_error(exc))) from None
+            code = report_error(exc, as_json=bool(kwargs.get("as_json")))
+            raise typer.Exit(int(code)) from None
 
     return run
 
 
 # ----------------------------------------------------------------------------- options
-ServerOpt = Annotated[
+# The global options (`tuneyard --server URL --api-key K <command>`) read the environment;
+# a command's own options do not, so `tuneyard --server A status X` is not overridden by
+# TUNEYARD_URL through the command's option.
+GlobalServerOpt = Annotated[
     str, typer.Option("--server", envvar="TUNEYARD_URL", help="tuneyard server URL.")
 ]
-KeyOpt = Annotated[
+GlobalKeyOpt = Annotated[
     str | None,
     typer.Option("--api-key", envvar="TUNEYARD_API_KEY", help="API key.", show_default=False),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the raw JSON answer.")]
-JobArg = Annotated[str, typer.Argument(help="Job id.")]
+ServerOpt = Annotated[
+    str | None,
+    typer.Option("--server", help="Server URL (default: the global --server).", show_default=False),
+]
+KeyOpt = Annotated[
+    str | None,
+    typer.Option("--api-key", help="API key (default: the global --api-key).", show_default=False),
+]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print the raw JSON answer (and errors) on stdout.")
+]
+JobArg = Annotated[str, typer.Argument(help="Job id, or a unique prefix of 8+ characters.")]
+
+
+def global_options(
+    ctx: typer.Context, server: GlobalServerOpt = DEFAULT_URL, api_key: GlobalKeyOpt = None
+) -> None:
+    """tuneyard: validate, queue and run LLM fine-tuning jobs."""
+    ctx.obj = {"server": server, "api_key": api_key}
+
+
+def connect(ctx: typer.Context, server: str | None, api_key: str | None) -> TuneyardClient:
+    """The client for a command: its own --server / --api-key, else the global ones."""
+    # Without the global options' callback (a command mounted elsewhere): the environment.
+    given = ctx.find_root().obj or {
+        "server": os.environ.get("TUNEYARD_URL"),
+        "api_key": os.environ.get("TUNEYARD_API_KEY"),
+    }
+    return TuneyardClient(
+        server or given.get("server") or DEFAULT_URL, api_key or given.get("api_key")
+    )
 
 
 def print_json(data: Any) -> None:
@@ -115,14 +162,26 @@ def describe_end(job: dict) -> str:
     return f"job {job_id} {status}"
 
 
-def finish(job: dict, as_json: bool = False) -> None:
-    """Print how the job ended and exit with its code."""
+def finish(job: dict, as_json: bool = False, summary: list[str] | None = None) -> None:
+    """Print how the job ended (and `summary`, its lines from `summary_lines`) and exit
+    with its code."""
     code = STATE_EXIT.get(job["status"], CliExitCode.FAILED)
     if as_json:
         print_json(job)
     else:
-        console(stderr=code != CliExitCode.SUCCEEDED).print(describe_end(job), markup=False)
+        out = console(stderr=code != CliExitCode.SUCCEEDED)
+        out.print("\n".join([describe_end(job), *(summary or [])]), markup=False)
     raise typer.Exit(int(code))
+
+
+def watch_and_finish(
+    client: TuneyardClient, job_id: str, poll: float, timeout: float | None, as_json: bool
+) -> None:
+    """`watch` and `submit --wait`: the progress line until the job ends, then its summary
+    (state, steps, final loss, last checkpoint), exiting with the job's code."""
+    job = watch_job(client, job_id, poll, console(), as_json, timeout=timeout)
+    summary = None if as_json else summary_lines(job, client.checkpoints(job["id"]))
+    finish(job, as_json, summary)
 
 
 class ProgressLine:
@@ -182,10 +241,19 @@ class ProgressLine:
 
 
 def watch_job(
-    client: TuneyardClient, job_id: str, poll: float, out: Console, as_json: bool
+    client: TuneyardClient,
+    job_id: str,
+    poll: float,
+    out: Console,
+    as_json: bool,
+    timeout: float | None = None,
 ) -> dict:
-    """Follow a job's train metrics until it ends or pauses; returns the final job."""
+    """Follow a job's train metrics until it ends or pauses; returns the final job. With
+    `as_json` each new record is a JSON line on stdout (the progress goes to stderr); after
+    `timeout` seconds, a ClientError(TIMED_OUT)."""
     cursor, latest = None, None
+    deadline = time.monotonic() + timeout if timeout else None
+    job_id = client.job(job_id)["id"]  # a prefix resolved once: every poll names the job
     with ProgressLine(console(stderr=True) if as_json else out, job_id) as line:
         while True:
             job = client.job(job_id)
@@ -199,6 +267,9 @@ def watch_job(
             line.update(job, latest)
             if job["status"] in SETTLED:
                 return job
+            if deadline and time.monotonic() > deadline:
+                message = f"job {job_id} still {job['status']} after {timeout:g}s"
+                raise ClientError(message, CliExitCode.TIMED_OUT)
             time.sleep(poll)
 
 
@@ -239,10 +310,11 @@ def submit(
     label: Annotated[list[str] | None, typer.Option(help="key=value label (repeat).")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Idempotency-Key header.")] = None,
     wait: Annotated[
-        bool, typer.Option("--wait", help="Wait for the job; exit with its code.")
+        bool,
+        typer.Option("--wait", help="Show progress until the job ends; exit with its code."),
     ] = False,
     timeout: Annotated[float | None, typer.Option(help="With --wait: give up after S s.")] = None,
-    server: ServerOpt = DEFAULT_URL,
+    server: ServerOpt = None,
     api_key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -262,7 +334,7 @@ def submit(
     }
     if max_attempts is not None:
         body["max_attempts"] = max_attempts
-    client = TuneyardClient(server, api_key)
+    client = connect(ctx, server, api_key)
     job = client.submit(body, idempotency_key)
     if as_json and not wait:
         print_json(job)
@@ -271,22 +343,23 @@ def submit(
         console().print(f"submitted job [bold]{job_id}[/bold] ({markup_safe(job['status'])})")
         console().print(f"  dashboard: {client.server}/jobs/{printable(job['id'])}", markup=False)
     if wait:
-        finish(client.wait_for(job["id"], timeout, poll=1.0), as_json)
+        watch_and_finish(client, job["id"], 1.0, timeout, as_json)
 
 
 @exits_on_client_error
 def jobs(
+    ctx: typer.Context,
     status: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
     label: Annotated[str | None, typer.Option(help="Only jobs with this key=value label.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many jobs.")] = 20,
-    server: ServerOpt = DEFAULT_URL,
+    server: ServerOpt = None,
     api_key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List jobs, newest first."""
     from rich.table import Table
 
-    rows = TuneyardClient(server, api_key).jobs(status=status, label=label, limit=limit)
+    rows = connect(ctx, server, api_key).jobs(status=status, label=label, limit=limit)
     if as_json:
         return print_json(rows)
     table = Table("id", "name", "state", "progress", "loss", "created", box=None)
@@ -307,40 +380,33 @@ def jobs(
 
 @exits_on_client_error
 def status(
+    ctx: typer.Context,
     job_id: JobArg,
-    server: ServerOpt = DEFAULT_URL,
+    server: ServerOpt = None,
     api_key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show one job: state, attempts, progress, error."""
-    job = TuneyardClient(server, api_key).job(job_id)
+    """Show one job: state, attempts, progress, error, the plan's key numbers, last metrics."""
+    job = connect(ctx, server, api_key).job(job_id)
     if as_json:
         return print_json(job)
-    step, max_steps = job_progress(job)
-    lines = [
-        f"{job.get('name', '')} {job['id']}",
-        f"  state     {job['status']}",
-        f"  attempt   {job.get('attempt', 0)}/{job.get('max_attempts', '?')}",
-        f"  progress  {step or 0}/{max_steps or '?'}",
-    ]
-    if job.get("error_code") or job.get("error_message"):
-        lines.append(f"  error     {job.get('error_code')}: {job.get('error_message')}")
-    console().print("\n".join(printable(line) for line in lines), markup=False)
+    console().print("\n".join(status_lines(job)), markup=False)
 
 
 def _act(verb: str, past: str) -> Callable[..., None]:
     @exits_on_client_error
     def command(
+        ctx: typer.Context,
         job_id: JobArg,
-        server: ServerOpt = DEFAULT_URL,
+        server: ServerOpt = None,
         api_key: KeyOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
-        job = TuneyardClient(server, api_key).action(job_id, verb)
+        job = connect(ctx, server, api_key).action(job_id, verb)
         if as_json:
             return print_json(job)
         status = printable(job.get("status", "?"))
-        console().print(f"{past} job {printable(job_id)}: now {status}", markup=False)
+        console().print(f"{past} job {printable(job['id'])}: now {status}", markup=False)
 
     command.__doc__ = f"{verb.capitalize()} a job (exit 2 with its current state if it cannot)."
     return command
@@ -348,45 +414,49 @@ def _act(verb: str, past: str) -> Callable[..., None]:
 
 @exits_on_client_error
 def wait(
+    ctx: typer.Context,
     job_id: JobArg,
     timeout: Annotated[float | None, typer.Option(help="Give up after S seconds (exit 4).")] = None,
     poll: Annotated[float, typer.Option(help="Seconds between polls.")] = 2.0,
-    server: ServerOpt = DEFAULT_URL,
+    server: ServerOpt = None,
     api_key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Wait for a job: exit 0 succeeded, 1 failed, 3 cancelled, 4 timeout, 5 paused."""
-    finish(TuneyardClient(server, api_key).wait_for(job_id, timeout, poll), as_json)
+    finish(connect(ctx, server, api_key).wait_for(job_id, timeout, poll), as_json)
 
 
 @exits_on_client_error
 def logs(
+    ctx: typer.Context,
     job_id: JobArg,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new lines.")
     ] = False,
-    server: ServerOpt = DEFAULT_URL,
+    server: ServerOpt = None,
     api_key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print a job's log (the trainer's stdout and stderr)."""
-    follow_logs(TuneyardClient(server, api_key), job_id, follow, as_json)
+    follow_logs(connect(ctx, server, api_key), job_id, follow, as_json)
 
 
 @exits_on_client_error
 def watch(
+    ctx: typer.Context,
     job_id: JobArg,
     poll: Annotated[float, typer.Option(help="Seconds between polls.")] = 1.0,
-    server: ServerOpt = DEFAULT_URL,
+    server: ServerOpt = None,
     api_key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Live progress (step, loss, tokens/s, ETA) until the job ends; exits like `wait`."""
-    job = watch_job(TuneyardClient(server, api_key), job_id, poll, console(), as_json)
-    finish(job, as_json=as_json)
+    """Live progress (step, loss, tokens/s, ETA) until the job ends, then a summary (steps,
+    final loss, checkpoint); exits like `wait`."""
+    watch_and_finish(connect(ctx, server, api_key), job_id, poll, None, as_json)
 
 
 def register(app: typer.Typer) -> None:
+    app.callback()(global_options)
     extra = {"allow_extra_args": True, "ignore_unknown_options": True}
     app.command(context_settings=extra)(submit)
     app.command()(jobs)

@@ -3,7 +3,9 @@
 `TuneyardClient` makes the calls; any answer of 400 or more, or no answer at all, becomes a
 `ClientError` carrying the exit code the command ends with and what to tell the user, read
 from the API's error shapes (api/errors.py): `{"error": {"code", "message",
-"current_status"?}}`, or `{"errors": [{"loc", "msg", "fix"}]}` for a 422.
+"current_status"?, ...}}`, or `{"errors": [{"loc", "msg", "fix"}]}` for a 422. It keeps the
+server's error code, HTTP status and extra fields (an ambiguous job id's `candidates`), so
+`--json` can print the refusal as the server gave it.
 httpx is imported only when a client is made: `cli.main` imports the topic modules, which
 import this one, at every `tuneyard` start (`tuneyard validate` included).
 """
@@ -37,11 +39,21 @@ class CliExitCode(IntEnum):
     UNREACHABLE = 6  # no answer from the server, or a 5xx
 
 
+# The error code of a refusal the CLI made itself, by its exit code.
+LOCAL_CODES = {
+    CliExitCode.REFUSED: "invalid_request",
+    CliExitCode.TIMED_OUT: "timed_out",
+    CliExitCode.UNREACHABLE: "unreachable",
+}
+
+
 class ClientError(Exception):
     """A request the CLI cannot complete: the exit code and what to tell the user.
 
     `errors` holds a 422's field errors; `current_status` is the job's state when a 409
-    refused an action on it.
+    refused an action on it; `code`, `http_status` and `detail` are the server's error code,
+    the answer's status and the rest of its error object (None and empty when no server
+    answered).
     """
 
     def __init__(
@@ -50,11 +62,17 @@ class ClientError(Exception):
         exit_code: CliExitCode,
         errors: list[dict] | None = None,
         current_status: str | None = None,
+        code: str | None = None,
+        http_status: int | None = None,
+        detail: dict[str, Any] | None = None,
     ):
         super().__init__(message)
         self.exit_code = exit_code
         self.errors = errors or []
         self.current_status = current_status
+        self.code = code or LOCAL_CODES.get(exit_code, "error")
+        self.http_status = http_status
+        self.detail = detail or {}
 
 
 class Response(Protocol):
@@ -89,11 +107,19 @@ def error_from_response(response: Response) -> ClientError:
         message = f"HTTP {status}" + (f": {text}" if text else "")
     if status == 401:
         message += "; set TUNEYARD_API_KEY or --api-key to a valid key (`tuneyard keys create`)"
+    if errors:
+        code = "invalid_fields"
+    else:
+        code = detail.get("code") if isinstance(detail.get("code"), str) else f"http_{status}"
+    extra = {k: v for k, v in detail.items() if k not in ("code", "message", "current_status")}
     return ClientError(
         message,
         CliExitCode.UNREACHABLE if status >= 500 else CliExitCode.REFUSED,
         errors,
         current_status=detail.get("current_status"),
+        code=code,
+        http_status=status,
+        detail=extra,
     )
 
 

@@ -2,7 +2,9 @@
 
 `up` runs `tuneyard migrate`, then the API, a worker and the scheduler as child processes on
 the embedded default (SQLite database and broker under TUNEYARD_HOME, auth off) unless the
-environment names PostgreSQL/Redis; Ctrl-C stops all of them, process groups included.
+environment names PostgreSQL/Redis; Ctrl-C stops all of them, process groups included. Its
+API logs no line per request unless `--access-log` asks for them: the dashboard polls every
+few seconds, and those lines would bury what the stack has to say.
 `demo` does the same on a free port, builds a tiny Llama and a dataset it visibly learns
 (`cli.demo_assets`, no downloads), submits a short fine-tune, shows its progress, and ends
 with the checkpoint path and how to load it with transformers.
@@ -64,8 +66,15 @@ def free_port(preferred: int) -> int:
 class LocalStack:
     """migrate, then api + worker + scheduler as child process groups; stops them all."""
 
-    def __init__(self, host: str, port: int, log_dir: Path | None = None, embedded=False):
-        self.host, self.port, self.log_dir = host, port, log_dir
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        log_dir: Path | None = None,
+        embedded: bool = False,
+        access_log: bool = False,
+    ):
+        self.host, self.port, self.log_dir, self.access_log = host, port, log_dir, access_log
         self.env = embedded_env(port, force_embedded=embedded)
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: list[IO[str]] = []
@@ -77,7 +86,10 @@ class LocalStack:
 
     def command(self, name: str) -> list[str]:
         cmd = [sys.executable, "-m", "cli.main", name]
-        return [*cmd, "--host", self.host, "--port", str(self.port)] if name == "api" else cmd
+        if name != "api":
+            return cmd
+        access = "--access-log" if self.access_log else "--no-access-log"
+        return [*cmd, "--host", self.host, "--port", str(self.port), access]
 
     def _output(self, name: str) -> dict[str, Any]:
         if self.log_dir is None:
@@ -159,9 +171,12 @@ def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
 def up(
     host: Annotated[str, typer.Option(help="Address the API listens on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="API and dashboard port.")] = 8000,
+    access_log: Annotated[
+        bool, typer.Option("--access-log/--no-access-log", help="Log one line per request.")
+    ] = False,
 ) -> None:
     """Run the API, a worker and the scheduler together (Ctrl-C stops them)."""
-    stack = LocalStack(host, port)
+    stack = LocalStack(host, port, access_log=access_log)
     if stack.env.get("TUNEYARD_AUTH") == "off":
         console().print(
             "[yellow]embedded default: SQLite under TUNEYARD_HOME, auth is OFF[/yellow]"

@@ -4,15 +4,21 @@
 directory (optionally waiting for the database first, as the prestart step does). `api`
 serves `api.main:app` with uvicorn, with the options of `api.server` (request headers
 read within `TUNEYARD_HEADER_TIMEOUT_SECONDS`, no query strings in the access log);
-`--workers N` runs N processes (with a shared Prometheus multiprocess directory).
+`--workers N` runs N processes (with a shared Prometheus multiprocess directory), and
+`--no-access-log` silences the per-request lines (`tuneyard up` passes it: a dashboard
+polling every few seconds would bury the stack's own messages).
 `keys create` prints a new API key once; only its hash is stored; its project's name holds
 no control character (it is shown in every listing).
 """
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import typer
 
+ACCESS_LOGGER = "tuneyard.access"  # `api.middleware.AccessLogMiddleware` writes to it
 keys_app = typer.Typer(help="Create and revoke API keys.", no_args_is_help=True)
 
 
@@ -36,6 +42,21 @@ def migrate(
     typer.echo(f"database at {where} is at revision {revision}")
 
 
+def api_log_config(access_log: bool) -> dict[str, Any] | None:
+    """The logging config `tuneyard api` hands uvicorn (applied in every worker process):
+    `jobs.store.log_context`'s, with the access logger held to warnings when it is off."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    from jobs.store.log_context import uvicorn_log_config
+
+    config = uvicorn_log_config()
+    if access_log:
+        return config
+    config = config if config is not None else copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("loggers", {})[ACCESS_LOGGER] = {"level": "WARNING"}
+    return config
+
+
 def api(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
@@ -45,6 +66,9 @@ def api(
         help="API processes: the way to use more cores (Prometheus counters are "
         "summed across them).",
     ),
+    access_log: bool = typer.Option(
+        True, "--access-log/--no-access-log", help="Log one line per request."
+    ),
 ) -> None:
     """Serve the HTTP API (and the dashboard) with uvicorn; logs are JSON lines."""
     import os
@@ -53,7 +77,6 @@ def api(
     import uvicorn
 
     from api.server import uvicorn_options
-    from jobs.store.log_context import uvicorn_log_config
 
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Before the processes start: each writes its counters there, a scrape sums them.
@@ -64,7 +87,7 @@ def api(
         port=port,
         workers=workers,
         log_level="info",
-        log_config=uvicorn_log_config(),
+        log_config=api_log_config(access_log),
         **uvicorn_options(),
     )
 

@@ -1,6 +1,7 @@
 """`/v1/jobs`: submit (with Idempotency-Key), validate, list, read, cancel / pause / resume,
 and the job's event history. Every lookup is scoped to the caller's project: another
-project's job is a 404, never a 403.
+project's job is a 404, never a 403. A job is named by its full id or a unique prefix of at
+least 8 characters (`api.job_lookup`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from fastapi import APIRouter, Header, Query, Response
 
 from api.deps import CapacityDep, Reader, SessionDep, SettingsDep, Submitter
 from api.errors import ApiError, InvalidRequest, not_found
+from api.job_lookup import resolve_job_id
 from api.limits import BoundedJsonRoute
 from api.pages import CURSOR_DOC, numeric_cursor
 from api.schemas import (
@@ -43,13 +45,25 @@ AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorOut, "description": "The key's role is too weak."},
 }
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorOut, "description": "No such job in this project."}
+    404: {
+        "model": ErrorOut,
+        "description": "No such job in this project (`job_id`: a full id or a unique prefix "
+        "of at least 8 characters).",
+    },
+    409: {
+        "model": ErrorOut,
+        "description": "`job_id` is a prefix of several jobs' ids: `candidates` lists them.",
+    },
 }
 INVALID: dict[int | str, dict[str, Any]] = {
     422: {"model": ValidationErrors, "description": "Field errors: loc, msg, fix."}
 }
 CONFLICT: dict[int | str, dict[str, Any]] = {
-    409: {"model": ErrorOut, "description": "Not allowed in the job's current state."}
+    409: {
+        "model": ErrorOut,
+        "description": "Not allowed in the job's current state, or `job_id` is a prefix of "
+        "several jobs' ids (`candidates` lists them).",
+    }
 }
 
 
@@ -93,16 +107,15 @@ def job_public(job: Job, project: str, latest: dict[str, Any] | None = None) -> 
 
 
 def own_job_id(session: SessionDep, principal: Principal, job_id: str) -> str:
-    """The job's stored id if it is the caller's project's (404 otherwise), loading no row."""
-    found = store.job_id_in_project(session, principal.project_id, job_id)
-    if found is None:
-        raise not_found("job", job_id)
-    return found
+    """The stored id of the caller's project's job that `job_id` names, in full or by a
+    unique prefix (404 when none, 409 when several), loading no row."""
+    return resolve_job_id(session, principal.project_id, job_id)
 
 
 def find_job(session: SessionDep, principal: Principal, job_id: str) -> Job:
-    job = store.get_job(session, principal.project_id, job_id)
-    if job is None:
+    """The caller's project's job that `job_id` names, in full or by a unique prefix."""
+    job = store.get_job(session, principal.project_id, own_job_id(session, principal, job_id))
+    if job is None:  # deleted between the two reads
         raise not_found("job", job_id)
     return job
 
@@ -242,7 +255,7 @@ def get_job(job_id: str, principal: Reader, session: SessionDep) -> JobPublic:
 
 
 def _control(verb: str, job_id: str, principal: Principal, session: SessionDep) -> Job:
-    find_job(session, principal, job_id)
+    job_id = own_job_id(session, principal, job_id)
     try:
         job, changed = request_control(
             session,
@@ -318,7 +331,7 @@ def list_job_events(
     ] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> EventsPublic:
-    find_job(session, principal, job_id)
+    job_id = own_job_id(session, principal, job_id)
     start = numeric_cursor(cursor, after) or 0
     events = store.list_events(session, job_id, start, limit + 1)
     has_more, events = len(events) > limit, events[:limit]
