@@ -3,7 +3,8 @@
 One function, `parallelize`, asks `models.hooks.parallel_plan` for the model family's plan
 (the trainer holds no family knowledge, so a new model never edits this file) and applies
 the steps in a fixed order: move to the device; tensor parallelism on the mesh's `tp` axis
-with the plan's DTensor plan, first, because `parallelize_module` needs the plain modules;
+with the plan's DTensor plan, first, because `parallelize_module` needs the plain modules
+(after PEFT: the plan places a LoRA projection's base layer and adapters consistently);
 expert parallelism over groups of ep_size data-parallel ranks, before FSDP2, which leaves
 the expert DTensors alone (ep == dp) or shards them over the ranks that hold the same
 experts; context parallelism (the attention layers attend over the `cp` axis, and FSDP2
@@ -34,7 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from jobs.recipe.typed import Compile, MixedPrecision
 from jobs.recipe.typed import Topology as Layout
 from models import hooks
-from models.common.parallelize import ParallelPlan
+from models.common.parallelize import ParallelPlan, lora_on_sequence_parallel_ends
 from models.common.wrappers import unwrap_model
 from trainer.context_parallel import apply_context_parallel
 from trainer.distributed import Topology
@@ -49,7 +50,25 @@ def apply_tensor_parallel(
     reason = plan.tp_unsupported_reason(model, topology.tp_size)
     if reason:
         raise unsupported(f"distributed.tp_size: {reason}; set distributed.tp_size: 1")
+    if type(plan) is not ParallelPlan and any(hasattr(m, "lora_A") for m in model.modules()):
+        # only the common dense plan places LoRA adapters beside its sharded projections
+        raise unsupported(
+            f"distributed.tp_size: LoRA with tensor parallelism needs the common dense plan, "
+            f"and {type(plan).__name__} shards its own way; set distributed.tp_size: 1"
+        )
+    ends = lora_on_sequence_parallel_ends(model) if sequence_parallel else []
+    if ends:
+        raise unsupported(
+            f"distributed.sequence_parallel: LoRA on {ends[0]} cannot be sharded with "
+            "sequence parallelism; set it to false or leave lm_head and embed_tokens out of "
+            "peft.target_modules"
+        )
+    trainable = {name: p.requires_grad for name, p in model.named_parameters()}
     parallelize_module(model, topology.tp_mesh, plan.tp_plan(model, sequence_parallel))
+    # Some styles (SequenceParallel on the norms) re-register parameters as trainable; a
+    # LoRA run's frozen base must stay frozen.
+    for name, param in model.named_parameters():
+        param.requires_grad_(trainable[name])
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ Hugging Face Llama-style classes (Llama, Qwen2, Qwen3, Mistral), because both ke
 module tree: `model.layers[i].self_attn.{q,k,v,o}_proj`, `mlp.{gate,up,down}_proj`,
 `input_layernorm`, `post_attention_layernorm`, `model.embed_tokens`, `model.norm`,
 `lm_head`. Attention reshapes projections with `-1` heads, so colwise-sharded q/k/v give
-each rank its local heads.
+each rank its local heads. A LoRA-wrapped projection (PEFT applied before sharding) is
+sharded piece by piece (`_lora_pieces`): its `base_layer` as the plain projection would be,
+and its adapters so that the low-rank path computes the same layout as the base output.
 """
 
 from __future__ import annotations
@@ -39,14 +41,54 @@ def _layers_prefix(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
     return best
 
 
+def _linear(module: nn.Module | None) -> nn.Linear | None:
+    """The projection's linear: itself, or the `base_layer` of a LoRA-wrapped one."""
+    module = getattr(module, "base_layer", module)
+    return module if isinstance(module, nn.Linear) else None
+
+
 def _layer_is_llama_style(layer: nn.Module) -> bool:
     attn = getattr(layer, "self_attn", None)
     mlp = getattr(layer, "mlp", None)
     if attn is None or mlp is None:
         return False
-    if not all(isinstance(getattr(attn, p, None), nn.Linear) for p in _ATTN_PROJECTIONS):
+    if not all(_linear(getattr(attn, p, None)) is not None for p in _ATTN_PROJECTIONS):
         return False
-    return all(isinstance(getattr(mlp, p, None), nn.Linear) for p in _MLP_PROJECTIONS)
+    return all(_linear(getattr(mlp, p, None)) is not None for p in _MLP_PROJECTIONS)
+
+
+def _lora_wrapped(layer: nn.Module) -> frozenset[str]:
+    """The projections of one decoder layer that LoRA wraps ("self_attn.q_proj", ...)."""
+    names = [f"self_attn.{p}" for p in _ATTN_PROJECTIONS] + [f"mlp.{p}" for p in _MLP_PROJECTIONS]
+    return frozenset(n for n in names if hasattr(layer.get_submodule(n), "base_layer"))
+
+
+def _lora_refusal(layers: nn.ModuleList) -> str | None:
+    """Why the LoRA adapters of these layers cannot follow the plan (None when they can):
+    one plan key covers every layer, so all layers must wrap the same projections, and the
+    plan shards plain LoRA only (a DoRA magnitude or a second adapter has no placement).
+    LoRA elsewhere (lm_head) stays whole with its module unless sequence parallelism
+    shards that module (`lora_on_sequence_parallel_ends`)."""
+    wrapped = {_lora_wrapped(layer) for layer in layers}
+    if len(wrapped) > 1:
+        return "LoRA wraps different projections in different decoder layers"
+    for module in layers.modules():
+        if hasattr(module, "lora_A") and (
+            set(module.lora_A) != {"default"} or getattr(module, "lora_variant", None)
+        ):
+            return "the plan shards one plain LoRA adapter per projection (no DoRA)"
+    return None
+
+
+def lora_on_sequence_parallel_ends(model: nn.Module) -> list[str]:
+    """The LoRA-wrapped embedding or lm_head, which sequence parallelism shards as plain
+    modules (`_io_plan`): the adapters there have no placement."""
+    ends = ("embed_tokens", "lm_head")
+    return [
+        name
+        for name, module in model.named_modules()
+        if hasattr(module, "lora_A") and name.rsplit(".", 1)[-1] in ends
+    ]
 
 
 def _head_counts(model: nn.Module) -> tuple[int, int]:
@@ -148,6 +190,78 @@ def _layer_plan(layer: str, sequence_parallel: bool) -> dict[str, Any]:
     return plan
 
 
+def _replicated_linear(input_layout: Any, use_local_output: bool) -> Any:
+    """A `ParallelStyle` that keeps a linear's weight whole on every tp rank (a Replicate
+    DTensor, so FSDP2 and the optimizer see it like the sharded weights) and passes its
+    input layout through: the LoRA factor that sits beside a sharded one."""
+    from torch.distributed.tensor import DTensor, Replicate, distribute_module, distribute_tensor
+    from torch.distributed.tensor.parallel.style import ParallelStyle
+
+    def replicate(name: str, module: nn.Module, mesh: Any) -> None:
+        for key, param in list(module.named_parameters(recurse=False)):
+            whole = distribute_tensor(param, mesh, [Replicate()])
+            module.register_parameter(key, nn.Parameter(whole, param.requires_grad))
+
+    def prepare_input(module: nn.Module, inputs: tuple, mesh: Any) -> tuple:
+        x = inputs[0]
+        if not isinstance(x, DTensor):
+            x = DTensor.from_local(x, mesh, (input_layout,), run_check=False)
+        return (x, *inputs[1:])
+
+    def prepare_output(module: nn.Module, output: Any, mesh: Any) -> Any:
+        return output.to_local() if use_local_output else output
+
+    class ReplicatedLinear(ParallelStyle):
+        def _apply(self, module: nn.Module, device_mesh: Any) -> nn.Module:
+            return distribute_module(module, device_mesh, replicate, prepare_input, prepare_output)
+
+    return ReplicatedLinear()
+
+
+def _lora_pieces(key: str, colwise: bool, sequence_parallel: bool) -> dict[str, Any]:
+    """The plan for a LoRA-wrapped projection at `key`: the base linear as the plain one,
+    and `lora_B(lora_A(x))` laid out as the base output. Colwise (output features sharded):
+    lora_A whole, lora_B colwise, so each rank computes its output shard; the gradient of
+    lora_A's output is summed over the ranks by lora_B's input, as the base input's is.
+    Rowwise (input features sharded): lora_A rowwise, its partial sums reduced as the base's
+    are (to whole activations, or to sequence shards under sequence parallelism), then
+    lora_B whole on that layout."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    a, b = f"{key}.lora_A.default", f"{key}.lora_B.default"
+    if colwise:
+        return {
+            f"{key}.base_layer": ColwiseParallel(),
+            a: _replicated_linear(Replicate(), use_local_output=True),
+            b: ColwiseParallel(),
+        }
+    if sequence_parallel:
+        return {
+            f"{key}.base_layer": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+            a: RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+            b: _replicated_linear(Shard(1), use_local_output=False),
+        }
+    return {
+        f"{key}.base_layer": RowwiseParallel(),
+        a: RowwiseParallel(),
+        b: _replicated_linear(Replicate(), use_local_output=True),
+    }
+
+
+def _with_lora(
+    plan: dict[str, Any], layer: str, wrapped: frozenset[str], sequence_parallel: bool
+) -> dict[str, Any]:
+    """`plan` with each LoRA-wrapped projection's entry replaced by its pieces."""
+    out = dict(plan)
+    for name in sorted(wrapped):
+        key = f"{layer}.{name}"
+        del out[key]
+        colwise = name.rsplit(".", 1)[-1] not in ("o_proj", "down_proj")
+        out.update(_lora_pieces(key, colwise, sequence_parallel))
+    return out
+
+
 class ParallelPlan:
     """The common dense plan; a family's `parallelize.py` subclasses it where it differs."""
 
@@ -183,13 +297,14 @@ class ParallelPlan:
         if found is None:
             return f"{type(model).__name__} has no decoder `layers` list"
         attn = getattr(found[1][0], "self_attn", None) if len(found[1]) else None
-        if any(hasattr(getattr(attn, p, None), "base_layer") for p in _ATTN_PROJECTIONS):
-            return "LoRA-wrapped projections cannot be tensor-parallel sharded; use tp_size: 1"
         if not all(_layer_is_llama_style(layer) for layer in found[1]):
             return (
                 f"{type(inner).__name__} layers are not Llama-style "
                 "(self_attn.q/k/v/o_proj + mlp.gate/up/down_proj as nn.Linear)"
             )
+        lora = _lora_refusal(found[1])
+        if lora:
+            return lora
         if not self.shards_qk_norm and getattr(attn, "q_norm", None) is not None:
             return (
                 f"{type(inner).__name__} attention has per-head q/k norms, which this "
@@ -217,13 +332,15 @@ class ParallelPlan:
         prefix = _layers_prefix(inner)[0]
         root = _root_prefix(model, inner)
         layer = self.layer_pattern(model)
+        layers = _layers_prefix(inner)[1]
+        wrapped = _lora_wrapped(layers[0]) if len(layers) else frozenset()
+        layer_plan = _with_lora(
+            _layer_plan(layer, sequence_parallel), layer, wrapped, sequence_parallel
+        )
         if not sequence_parallel:
-            return _layer_plan(layer, sequence_parallel=False)
+            return layer_plan
         base = root + prefix.rsplit(".", 1)[0] + "." if "." in prefix else root
-        return {
-            **_io_plan(root, base, _embeddings_tied(inner)),
-            **_layer_plan(layer, sequence_parallel=True),
-        }
+        return {**_io_plan(root, base, _embeddings_tied(inner)), **layer_plan}
 
     def ep_unsupported_reason(self, model: nn.Module, ep_size: int) -> str | None:
         """Why expert parallelism over `ep_size` ranks cannot apply (a dense stack: always)."""

@@ -25,6 +25,7 @@ from jobs.recipe.model.native_fallbacks import NATIVE_ONLY_TP, hf_fallback_reaso
 from jobs.recipe.paths.roots import read_bounded
 from jobs.recipe.plan.flops import param_count
 from jobs.recipe.targets.loader_kwargs import weight_format_errors
+from jobs.recipe.topology.trainer_support import lora_tensor_parallel_errors
 from models.registry import (
     NATIVE_ROPE_TYPES,
     ModelCapabilities,
@@ -416,4 +417,4 @@ def capability_errors(
         errors.append(
             FieldError("peft", f"{architecture} does not support LoRA", "remove the peft section")
         )
-    return errors
+    return errors + lora_tensor_parallel_errors(architecture, distributed, peft_enabled)

@@ -11,10 +11,12 @@ and the job's accelerator.
 
 from __future__ import annotations
 
+from fnmatch import fnmatch
 from typing import Any
 
 from jobs.recipe.errors import FieldError, shown
 from jobs.recipe.topology.pipeline import parallel_size, pipeline_errors
+from models.registry import DENSE_PARALLEL_PLAN, get_entry
 
 BACKEND_OF = {"cuda": "nccl", "cpu": "gloo"}
 NOT_YET = "is not supported by tuneyard's trainer yet"
@@ -27,7 +29,7 @@ def check_trainer_support(recipe: dict[str, Any], accelerator: str) -> list[Fiel
         *_context_parallel_errors(recipe, distributed),
         *pipeline_errors(recipe),
         *_expert_parallel_errors(distributed),
-        *_peft_errors(recipe.get("peft") is not None, distributed),
+        *_peft_errors(recipe.get("peft"), distributed),
         *_checkpoint_errors(recipe.get("checkpoint") or {}),
         *_quantization_errors(recipe, accelerator),
         *_backend_errors(recipe.get("dist_env") or {}, accelerator),
@@ -162,17 +164,22 @@ def _ep_fix(dp: Any, one_dp_axis: bool) -> str:
     return f"set distributed.ep_size to a divisor of {dp} ({', '.join(map(str, divisors))}) or 1"
 
 
-def _peft_errors(peft: bool, distributed: dict[str, Any]) -> list[FieldError]:
-    if not peft:
+def _peft_errors(peft: dict[str, Any] | None, distributed: dict[str, Any]) -> list[FieldError]:
+    """Tensor parallelism shards each LoRA projection's base layer and its two adapter
+    factors consistently (`models.common.parallelize`); a DoRA magnitude vector, which
+    normalises over the whole weight, has no placement there. Experts are refused: LoRA
+    wraps the grouped expert tensors that expert parallelism spreads."""
+    if peft is None:
         return []
     errors = []
-    if parallel_size(distributed, "tp_size") > 1:
-        msg = f"LoRA with tensor parallelism {NOT_YET} (the adapters wrap the sharded projections)"
+    if parallel_size(distributed, "tp_size") > 1 and peft.get("use_dora"):
+        msg = f"DoRA with tensor parallelism {NOT_YET} (its magnitude normalises the whole weight)"
         errors.append(
             FieldError(
-                "distributed.tp_size", msg, "set distributed.tp_size: 1 or remove the peft section"
+                "distributed.tp_size", msg, "set distributed.tp_size: 1 or peft.use_dora: false"
             )
         )
+    errors += _lora_sequence_parallel_errors(peft, distributed)
     if parallel_size(distributed, "ep_size") > 1:
         msg = "LoRA wraps the grouped expert tensors that expert parallelism spreads"
         errors.append(
@@ -181,6 +188,51 @@ def _peft_errors(peft: bool, distributed: dict[str, Any]) -> list[FieldError]:
             )
         )
     return errors
+
+
+def _lora_sequence_parallel_errors(
+    peft: dict[str, Any], distributed: dict[str, Any]
+) -> list[FieldError]:
+    """Sequence parallelism shards the embedding and lm_head as plain modules, so LoRA on
+    them (a target_modules entry matching either; match_all_linear leaves them out) has no
+    placement (`trainer.parallelize.apply_tensor_parallel`)."""
+    tp, sp = parallel_size(distributed, "tp_size"), distributed.get("sequence_parallel")
+    targets = [] if peft.get("match_all_linear") else peft.get("target_modules") or []
+    if isinstance(targets, str):
+        targets = [targets]
+    ends = [
+        t
+        for t in targets
+        for end in ("lm_head", "embed_tokens")
+        if fnmatch(end, str(t).rsplit(".", 1)[-1])
+    ]
+    if tp == 1 or not sp or not ends:
+        return []
+    msg = f"LoRA on {shown(ends[0])} cannot be sharded with sequence parallelism"
+    fix = "set distributed.sequence_parallel: false or leave lm_head and embed_tokens out"
+    return [FieldError("distributed.sequence_parallel", msg, fix)]
+
+
+def lora_tensor_parallel_errors(
+    architecture: str, distributed: dict[str, Any], peft_enabled: bool
+) -> list[FieldError]:
+    """LoRA under tensor parallelism runs where the family's tensor-parallel plan is the
+    common dense one, which places each projection's adapters beside its sharded base layer
+    (proven equal to a 1-process run; the trainer refuses the rest in
+    `trainer.parallelize.apply_tensor_parallel`). A family with its own plan shards other
+    modules (latent attention, soft-capped or fused projections) that the adapters would
+    wrap unplaced."""
+    entry = get_entry(architecture)
+    if not peft_enabled or parallel_size(distributed, "tp_size") == 1 or entry is None:
+        return []
+    if entry.parallel_plan == DENSE_PARALLEL_PLAN or not entry.capabilities.supports_tp:
+        return []  # (no tensor parallelism at all is refused by the capability rule)
+    msg = (
+        f"LoRA with tensor parallelism {NOT_YET} for {architecture} (only the common dense "
+        "plan, of Llama, Mistral and Qwen2, places the adapters beside its sharded projections)"
+    )
+    fix = "set distributed.tp_size: 1 or remove the peft section"
+    return [FieldError("distributed.tp_size", msg, fix)]
 
 
 def _checkpoint_errors(checkpoint: dict[str, Any]) -> list[FieldError]:

@@ -10,7 +10,7 @@ from tiny_model_configs import COMMON, make_config
 from torch import nn
 
 from models import AutoModelForCausalLM, hooks, registry
-from models.common.parallelize import DENSE_PLAN, ParallelPlan
+from models.common.parallelize import DENSE_PLAN, ParallelPlan, lora_on_sequence_parallel_ends
 
 FAMILY_CONFIG = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
                  "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe"}  # fmt: skip
@@ -121,3 +121,44 @@ def test_layers_without_llama_projections_are_refused():
     assert hooks.tp_unsupported_reason(all_dense, 2) is None
     with pytest.raises(ValueError, match="no `layers` ModuleList"):
         DENSE_PLAN.decoder_layer_list(nn.Linear(2, 2))
+
+
+def _lora(model: nn.Module, **config) -> nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    projections = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    return get_peft_model(model, LoraConfig(r=2, **{"target_modules": projections, **config}))
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_lora_pieces_follow_their_base_projection(sequence_parallel):
+    """Colwise bases get lora_A whole and lora_B colwise; rowwise bases lora_A rowwise and
+    lora_B whole (on sequence shards under sequence parallelism)."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    wrapped = _lora(tiny("LlamaForCausalLM"))
+    plan = DENSE_PLAN.tp_plan(wrapped, sequence_parallel)
+    layer = "base_model.model.model.layers.*"
+    for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.up_proj"):
+        assert f"{layer}.{name}" not in plan
+        assert isinstance(plan[f"{layer}.{name}.base_layer"], ColwiseParallel)
+        assert isinstance(plan[f"{layer}.{name}.lora_B.default"], ColwiseParallel)
+        assert type(plan[f"{layer}.{name}.lora_A.default"]).__name__ == "ReplicatedLinear"
+    for name in ("self_attn.o_proj", "mlp.down_proj"):
+        base, lora_a = plan[f"{layer}.{name}.base_layer"], plan[f"{layer}.{name}.lora_A.default"]
+        assert isinstance(base, RowwiseParallel) and isinstance(lora_a, RowwiseParallel)
+        assert lora_a.output_layouts == base.output_layouts
+        assert base.output_layouts == ((Shard(1),) if sequence_parallel else base.output_layouts)
+        assert type(plan[f"{layer}.{name}.lora_B.default"]).__name__ == "ReplicatedLinear"
+
+
+def test_lora_the_plan_cannot_place_is_refused():
+    dora = _lora(tiny("LlamaForCausalLM"), use_dora=True)
+    assert "no DoRA" in DENSE_PLAN.tp_unsupported_reason(dora, 2)
+    head = _lora(tiny("LlamaForCausalLM"), target_modules=["q_proj", "lm_head"])
+    assert DENSE_PLAN.tp_unsupported_reason(head, 2) is None  # lm_head stays whole without SP
+    assert lora_on_sequence_parallel_ends(head) == ["base_model.model.lm_head"]
+    uneven = _lora(tiny("LlamaForCausalLM"), target_modules=["q_proj"], layers_to_transform=[0])
+    assert "different decoder layers" in DENSE_PLAN.tp_unsupported_reason(uneven, 2)
+    assert DENSE_PLAN.tp_unsupported_reason(_lora(tiny("LlamaForCausalLM")), 2) is None

@@ -37,9 +37,11 @@ def test_decoder_layers_under_peft(model):
 
     wrapped = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
     assert [id(x) for x in decoder_layers(wrapped)] == [id(x) for x in model.model.layers]
-    assert not supports_tp(wrapped)
-    with pytest.raises(ValueError, match="LoRA-wrapped"):
-        tp_plan(wrapped)
+    assert supports_tp(wrapped)  # the dense plan places the adapters beside their base
+    plan = tp_plan(wrapped)
+    q = "base_model.model.model.layers.*.self_attn.q_proj"
+    assert {f"{q}.base_layer", f"{q}.lora_A.default", f"{q}.lora_B.default"} <= set(plan)
+    assert q not in plan
 
 
 def test_tp_plan_covers_projections(model):

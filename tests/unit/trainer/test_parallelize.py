@@ -136,3 +136,27 @@ def test_untied_embedding_and_head_are_fsdp_units_of_their_own(
     ids = torch.randint(1, 512, (2, 8))
     model(input_ids=ids, labels=ids).loss.backward()
     assert all(p.grad is not None for p in model.parameters())
+
+
+def _peft(model: nn.Module, targets: list[str]) -> nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=2, target_modules=targets))
+
+
+def test_lora_with_tp_is_refused_outside_the_common_dense_plan() -> None:
+    """Validation refuses it for such families; the trainer guards the same."""
+    from types import SimpleNamespace
+
+    from models import AutoModelForCausalLM, hooks
+    from trainer.errors import TrainerError
+    from trainer.parallelize import apply_tensor_parallel
+
+    config = tiny_llama_config()
+    model = _peft(AutoModelForCausalLM.from_config(config), ["q_proj"])
+    own_plan = type("FamilyPlan", (type(hooks.parallel_plan(model)),), {})()
+    with pytest.raises(TrainerError, match="FamilyPlan shards its own way"):
+        apply_tensor_parallel(model, own_plan, SimpleNamespace(tp_size=2), False)
+    head = _peft(AutoModelForCausalLM.from_config(config), ["q_proj", "lm_head"])
+    with pytest.raises(TrainerError, match="LoRA on base_model.model.lm_head"):
+        apply_tensor_parallel(head, hooks.parallel_plan(head), SimpleNamespace(tp_size=2), True)

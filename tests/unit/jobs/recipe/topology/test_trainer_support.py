@@ -11,7 +11,7 @@ import importlib
 from pathlib import Path
 
 import pytest
-from recipe_asserts import error_at
+from recipe_asserts import error_at, write_model_dir
 
 ROOT = Path(__file__).resolve().parents[5]
 REFUSING_CODES = {"INVALID_RECIPE", "UNSUPPORTED"}
@@ -81,7 +81,7 @@ CASES = [
     ({"distributed": {"strategy": "fsdp2", "pp_size": 2}, "peft": {"dim": 4}}, 2, "peft"),
     ({"distributed": {"strategy": "fsdp2", "cp_size": 2}, "compile": {"enabled": True}}, 2, "compile.enabled"),
     ({"distributed": {"strategy": "megatron_fsdp"}}, 1, "distributed.strategy"),
-    ({"peft": {"dim": 4}, "distributed": {"strategy": "fsdp2", "tp_size": 2}}, 2, "distributed.tp_size"),
+    ({"peft": {"dim": 4, "use_dora": True}, "distributed": {"strategy": "fsdp2", "tp_size": 2}}, 2, "distributed.tp_size"),
     ({"dist_env": {"backend": "nccl"}}, 1, "dist_env.backend"),
 ]  # fmt: skip
 
@@ -98,11 +98,40 @@ def test_each_rule_refuses_at_the_field_to_change(validate, recipe, change, npro
     assert error.fix, error
 
 
-def test_lora_with_tensor_parallelism_names_both(validate, recipe):
+def test_lora_with_tensor_parallelism_runs_on_the_common_dense_plan(validate, recipe):
+    """The tiny Llama shards with the common dense plan, which places the adapters
+    (tests/integration/trainer/test_lora_tp_runs.py proves it equal to a 1-process run)."""
     recipe["peft"] = {"dim": 4}
-    recipe["distributed"].update(tp_size=2)
+    recipe["distributed"].update(strategy="fsdp2", tp_size=2, sequence_parallel=True)
+    result = validate(recipe, nproc_per_node=2)
+    assert result.valid, [str(e) for e in result.errors]
+
+
+def test_dora_with_tensor_parallelism_is_refused(validate, recipe):
+    recipe["peft"] = {"dim": 4, "use_dora": True}
+    recipe["distributed"].update(strategy="fsdp2", tp_size=2)
     error = error_at(validate(recipe, nproc_per_node=2), "distributed.tp_size")
-    assert "LoRA" in error.msg and "not supported" in error.msg
+    assert "DoRA" in error.msg and "not supported" in error.msg and "use_dora" in error.fix
+
+
+def test_lora_with_tensor_parallelism_is_refused_for_a_family_with_its_own_plan(
+    validate, recipe, data_root
+):
+    config = {
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "vocab_size": 512,
+        "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+        "resid_pdrop": 0.0, "tie_word_embeddings": False,
+    }  # fmt: skip
+    recipe["model"]["pretrained_model_name_or_path"] = str(
+        write_model_dir(data_root / "phi3", config)
+    )
+    recipe["peft"] = {"dim": 4}
+    recipe["distributed"].update(strategy="fsdp2", tp_size=2)
+    error = error_at(validate(recipe, nproc_per_node=2), "distributed.tp_size")
+    assert "LoRA" in error.msg and "Phi3ForCausalLM" in error.msg and "tp_size: 1" in error.fix
+    recipe["distributed"].update(tp_size=1)
+    assert validate(recipe, nproc_per_node=2).valid
 
 
 def test_the_matching_backend_is_accepted(validate, recipe):
@@ -120,3 +149,12 @@ def test_megatron_fsdp_is_refused_at_submit_with_its_reason(validate, recipe, ac
     error = error_at(validate(recipe, accelerator=accelerator), "distributed.strategy")
     assert "fsdp2" in error.fix
     assert ("CUDA only" in error.msg) == (accelerator == "cpu"), error.msg
+
+
+def test_lora_on_lm_head_with_sequence_parallelism_is_refused(validate, recipe):
+    recipe["peft"] = {"dim": 4, "target_modules": ["q_proj", "*.lm_head"]}
+    recipe["distributed"].update(strategy="fsdp2", tp_size=2, sequence_parallel=True)
+    error = error_at(validate(recipe, nproc_per_node=2), "distributed.sequence_parallel")
+    assert "lm_head" in error.msg and "sequence_parallel: false" in error.fix
+    recipe["distributed"].update(sequence_parallel=False)  # lm_head then stays whole
+    assert validate(recipe, nproc_per_node=2).valid
