@@ -62,11 +62,11 @@ def lora_target_errors(
     """Patterns of a hybrid family's recipe that would fail or train nothing in the trainer.
 
     Other architectures are not checked here (their Hugging Face or native class may name
-    modules differently), nor is a model loaded with `trust_remote_code` (its own code
-    names them)."""
-    modules = (
-        hybrid_modules(config) if peft and not (model or {}).get("trust_remote_code") else None
-    )
+    modules differently), nor is a model whose own code loads: `trust_remote_code` with a
+    config that has an `auto_map` (without one, transformers loads its own class, and its
+    module names apply)."""
+    remote = bool((model or {}).get("trust_remote_code")) and bool((config or {}).get("auto_map"))
+    modules = hybrid_modules(config) if peft and not remote else None
     family = hybrid_family(config)
     if modules is None or family is None or peft is None:
         return []

@@ -1,7 +1,8 @@
 """Optional packages a job needs, and where they must be importable.
 
 A recipe that names a callable from an optional package (Transformer Engine's `FusedAdam`,
-`flashoptim`, `dion`) or turns on a tracker (`wandb:`, `mlflow:`) *requires* that package:
+`flashoptim`, `dion`), turns on a tracker (`wandb:`, `mlflow:`) or asks for
+`attn_implementation: flash_attention_2` (the flash-attn package) *requires* that package:
 `required_packages` lists their import names for the plan (`plan.requires`). The worker
 advertises the packages it can import when it heartbeats (`worker_packages`); a worker
 claims only jobs whose requirements it meets, and the API refuses a job when live workers of
@@ -27,6 +28,7 @@ INSTALL = {
     "flashoptim": "pip install flashoptim",
     "dion": "pip install git+https://github.com/microsoft/dion.git",
     "liger_kernel": "pip install liger-kernel",
+    "flash_attn": "pip install --no-build-isolation flash-attn",
     "wandb": "pip install 'tuneyard[wandb]'",
     "mlflow": "pip install 'tuneyard[mlflow]'",
 }
@@ -45,6 +47,10 @@ def requirement_sources(normalized: Mapping[str, Any]) -> dict[str, str]:
     for section, package in TRACKER_PACKAGES.items():
         if normalized.get(section) is not None:
             found.setdefault(package, section)
+    for section in ("model", "teacher_model"):  # transformers imports flash-attn for it
+        model = normalized.get(section)
+        if isinstance(model, dict) and model.get("attn_implementation") == "flash_attention_2":
+            found.setdefault("flash_attn", f"{section}.attn_implementation")
     return found
 
 

@@ -33,6 +33,7 @@ def check_trainer_support(recipe: dict[str, Any], accelerator: str) -> list[Fiel
         *_checkpoint_errors(recipe.get("checkpoint") or {}),
         *_quantization_errors(recipe, accelerator),
         *_backend_errors(recipe.get("dist_env") or {}, accelerator),
+        *_cuda_attention_errors(recipe, accelerator),
     ]
 
 
@@ -268,3 +269,21 @@ def _backend_errors(dist_env: dict[str, Any], accelerator: str) -> list[FieldErr
         return []
     msg = f"{requested} cannot run on {accelerator} (the trainer uses {actual} there)"
     return [FieldError("dist_env.backend", msg, f"set dist_env.backend: {actual} or remove it")]
+
+
+def _cuda_attention_errors(recipe: dict[str, Any], accelerator: str) -> list[FieldError]:
+    """flash_attention_2 is the flash-attn package's CUDA kernels: a CPU job cannot run it
+    (on CUDA the package is a requirement the worker must meet, `plan.requires`)."""
+    if accelerator == "cuda":
+        return []
+    return [
+        FieldError(
+            f"{section}.attn_implementation",
+            f"flash_attention_2 runs the flash-attn package's CUDA kernels; the job's "
+            f"accelerator is {accelerator}",
+            f"set {section}.attn_implementation: sdpa, or run on cuda",
+        )
+        for section in ("model", "teacher_model")
+        if isinstance(recipe.get(section), dict)
+        and recipe[section].get("attn_implementation") == "flash_attention_2"
+    ]

@@ -137,7 +137,8 @@ def test_other_architectures_are_not_resolved_here(validate, recipe):
 def test_remote_code_and_another_class_name_their_own_modules() -> None:
     peft = {"target_modules": ["*_proj"]}
     config = config_json("falcon_h1")
-    assert lora_target_errors(config, peft, {"trust_remote_code": True}) == []
+    remote = {**config, "auto_map": {"AutoModelForCausalLM": "modeling_x.FalconH1ForCausalLM"}}
+    assert lora_target_errors(remote, peft, {"trust_remote_code": True}) == []
     other = config_json("falcon_h1", architectures=["SomeRemoteFalconH1"])
     assert lora_target_errors(other, peft, {}) == []
     assert lora_target_errors(config, None, {}) == []
@@ -153,3 +154,11 @@ def test_selects_reads_patterns_as_peft_does() -> None:
     assert selects(lora_targets(["*.self_attn.*"]), name)
     assert not selects(lora_targets(["self_attn*"]), name)
     assert selects(lora_targets(["lm_head", "*.k_proj", "q_proj"]), name)
+
+
+def test_remote_code_without_an_auto_map_loads_transformers_class_and_is_checked() -> None:
+    # The AutoModel Falcon-H1 recipes set trust_remote_code: true; with no auto_map in the
+    # config transformers loads its own class, whose Mamba out_proj peft refuses.
+    config = config_json("falcon_h1")
+    errors = lora_target_errors(config, {"target_modules": ["*_proj"]}, {"trust_remote_code": True})
+    assert [e.loc for e in errors] == ["peft.target_modules"]

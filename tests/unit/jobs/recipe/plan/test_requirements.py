@@ -99,3 +99,9 @@ def test_targets_are_found_under_lists_tuples_and_deep_mappings_in_document_orde
         "transformer_engine": "optimizer.list.2.1.inner._target_",
         "flashoptim": "optimizer.tup.0._target_",
     }
+
+
+def test_flash_attention_2_requires_flash_attn(validate, recipe):
+    recipe["model"]["attn_implementation"] = "flash_attention_2"
+    requires = validate(recipe, accelerator="cuda").plan["requires"]
+    assert requires == {"flash_attn": "model.attn_implementation"}

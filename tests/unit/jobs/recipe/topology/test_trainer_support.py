@@ -158,3 +158,14 @@ def test_lora_on_lm_head_with_sequence_parallelism_is_refused(validate, recipe):
     assert "lm_head" in error.msg and "sequence_parallel: false" in error.fix
     recipe["distributed"].update(sequence_parallel=False)  # lm_head then stays whole
     assert validate(recipe, nproc_per_node=2).valid
+
+
+def test_flash_attention_2_needs_a_cuda_job(validate, recipe):
+    """flash-attn's kernels are CUDA-only: a CPU job with it is refused at the field (it
+    validated and then crashed in the trainer with flash-attn's ImportError)."""
+    recipe["model"]["attn_implementation"] = "flash_attention_2"
+    error = error_at(validate(recipe), "model.attn_implementation")
+    assert "CUDA" in error.msg and "sdpa" in error.fix
+    assert not any(
+        e.loc == "model.attn_implementation" for e in validate(recipe, accelerator="cuda").errors
+    )
