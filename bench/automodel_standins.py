@@ -312,13 +312,24 @@ def trainer_env(endpoint: str, work: Path, run_dir: Path) -> dict[str, str]:
 
 def run_trainer(stored: Path, run_dir: Path, world: int, env: dict[str, str]) -> tuple[str, str]:
     """Run the stored recipe under torchrun; ("trained", what ran) or ("failed", last error)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={world}", "-m", "trainer", "--recipe", str(stored),
-               "--run-dir", str(run_dir)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={world}",
+        "-m",
+        "trainer",
+        "--recipe",
+        str(stored),
+        "--run-dir",
+        str(run_dir),
+    ]
     log = run_dir.parent / f"{run_dir.name}.log"
     try:
-        proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=RUN_TIMEOUT_S)  # fmt: skip
+        proc = subprocess.run(
+            command, cwd=REPO, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+        )
         output, code = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:
         output, code = f"{exc.stdout or ''}{exc.stderr or ''}\ntimed out", -1

@@ -107,8 +107,14 @@ def _mamba1(prefix: str, conv: str, out_proj: str | None, x_proj: str | None) ->
 
 
 # Transformers' current layer-type names for its older spellings.
-_LEGACY_KINDS = {"mamba": "linear_attention", "attention": "full_attention", "M": "linear_attention",
-                 "*": "full_attention", "E": "moe", "-": "mlp"}  # fmt: skip
+_LEGACY_KINDS = {
+    "mamba": "linear_attention",
+    "attention": "full_attention",
+    "M": "linear_attention",
+    "*": "full_attention",
+    "E": "moe",
+    "-": "mlp",
+}
 
 
 def _kinds(values: Any) -> list[str]:
@@ -176,14 +182,20 @@ def _jamba(config: dict[str, Any]) -> tuple[list[Entry], list[list[Entry]]]:
         *_mamba1("mamba", DEPTHWISE_CONV, None, None),
         *_other("mamba.dt_layernorm", "mamba.b_layernorm", "mamba.c_layernorm"),
     ]
-    routed = _other("feed_forward", "feed_forward.router", "feed_forward.experts",
-                    "feed_forward.experts.act_fn")  # fmt: skip
+    routed = _other(
+        "feed_forward", "feed_forward.router", "feed_forward.experts", "feed_forward.experts.act_fn"
+    )
     layers = []
     for i in range(_count(config, 32)):
         mixer = _attention("self_attn") if i % attn[0] == attn[1] else mamba
         sparse = experts > 1 and i % moe[0] == moe[1]
-        layers.append([*_other("", "input_layernorm", "pre_ff_layernorm"), *mixer,
-                       *(routed if sparse else _gated_mlp("feed_forward"))])  # fmt: skip
+        layers.append(
+            [
+                *_other("", "input_layernorm", "pre_ff_layernorm"),
+                *mixer,
+                *(routed if sparse else _gated_mlp("feed_forward")),
+            ]
+        )
     top = [*_other("model", "model.layers", "model.final_layernorm")]
     return [*top, ("model.embed_tokens", False, None)], layers
 
@@ -204,8 +216,12 @@ def _bamba(config: dict[str, Any]) -> tuple[list[Entry], list[list[Entry]]]:
 def _granitemoehybrid(config: dict[str, Any]) -> tuple[list[Entry], list[list[Entry]]]:
     """Mamba-2 or attention per `layer_types`; routed experts (when any) and a shared MLP."""
     kinds = _kinds(config.get("layer_types") or ["linear_attention"] * _count(config, 32))
-    moe = _other("block_sparse_moe", "block_sparse_moe.router", "block_sparse_moe.experts",
-                 "block_sparse_moe.experts.act_fn")  # fmt: skip
+    moe = _other(
+        "block_sparse_moe",
+        "block_sparse_moe.router",
+        "block_sparse_moe.experts",
+        "block_sparse_moe.experts.act_fn",
+    )
     common = [
         *_other("", "input_layernorm", "post_attention_layernorm"),
         *(moe if (config.get("num_local_experts", 8) or 0) > 0 else []),
@@ -261,9 +277,14 @@ def _zamba2_hybrid(config: dict[str, Any], hybrid: int, own: int) -> list[Entry]
 
 # Zamba2Config's default layer mix (a layer kind per layer; "hybrid" adds shared attention).
 _ZAMBA2_DEFAULT = (
-    ["linear_attention"] + (["linear_attention"] * 5 + ["hybrid"]) * 7 + ["linear_attention"] * 4
-    + ["hybrid"] + ["linear_attention"] * 3 + ["hybrid"] + ["linear_attention"] * 2
-)  # fmt: skip
+    ["linear_attention"]
+    + (["linear_attention"] * 5 + ["hybrid"]) * 7
+    + ["linear_attention"] * 4
+    + ["hybrid"]
+    + ["linear_attention"] * 3
+    + ["hybrid"]
+    + ["linear_attention"] * 2
+)
 
 
 def _zamba2(config: dict[str, Any]) -> tuple[list[Entry], list[list[Entry]]]:

@@ -4,6 +4,8 @@ uncached ones; an online one fetches a hub model's config and pins its commit.""
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 HELLASWAG = "nemo_automodel.components.datasets.llm.hellaswag.HellaSwag"
 
@@ -36,16 +38,9 @@ def test_an_online_server_fetches_a_hub_models_config_and_pins_its_commit(
     import huggingface_hub.constants
     from hub_server import repo_commit, serve_hub, write_repo
 
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": 512,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-    }
+    # The same tiny Llama the body's local model directory holds, now published on the hub.
+    local = Path(body["recipe"]["model"]["pretrained_model_name_or_path"])
+    config = json.loads((local / "config.json").read_text())
     repo = write_repo(tmp_path / "hub", "org/hub-llama", {"config.json": config})
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "api-cache"))
