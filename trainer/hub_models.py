@@ -31,20 +31,36 @@ SECTIONS = ("model", "teacher_model", "tokenizer", "dataset", "validation_datase
 
 def pin_hub_models(recipe: Recipe, local_rank: int = 0) -> Recipe:
     """`recipe` with every pinned hub name replaced by its snapshot directory."""
-    if not recipe.hub_revisions:
+    calls = [call for name in SECTIONS if (call := getattr(recipe, name)) is not None]
+    named = {v for call in calls for v in _names(call.kwargs)}
+    # Only names the recipe still holds: a run rebuilt after a rollback is already pinned.
+    pins = {n: c for n, c in recipe.hub_revisions.items() if n in named}
+    if not pins:
         return recipe
     patterns = [*MODEL_FILES, "*.bin"] if recipe.pickled_weights else MODEL_FILES
     if local_rank == 0:
-        local = {n: _snapshot(n, c, patterns) for n, c in recipe.hub_revisions.items()}
+        local = {n: _snapshot(n, c, patterns) for n, c in pins.items()}
     _barrier()
     if local_rank != 0:  # the node's first rank has fetched them: read the cache only
-        local = {n: _snapshot(n, c, patterns, True) for n, c in recipe.hub_revisions.items()}
+        local = {n: _snapshot(n, c, patterns, True) for n, c in pins.items()}
     changes = {
         name: _with_local(call, local)
         for name in SECTIONS
         if (call := getattr(recipe, name)) is not None
     }
     return dataclasses.replace(recipe, **changes)
+
+
+def _names(kwargs: dict[str, Any]) -> list[str]:
+    """The repository names a section's keywords hold (a nested AutoConfig's too)."""
+    found = []
+    for key in NAME_KEYS:
+        value = kwargs.get(key)
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, dict):
+            found += [v for k, v in value.items() if k in NAME_KEYS and isinstance(v, str)]
+    return found
 
 
 def _with_local(call: TargetCall, local: dict[str, Path]) -> TargetCall:

@@ -8,6 +8,7 @@ recipe: they download the pinned snapshot, not `main`, and train.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -94,3 +95,14 @@ def test_offline_a_worker_without_the_snapshot_says_which_commit_to_fetch(
     assert code == 3  # data_error
     events = (tmp_path / "run" / "events.jsonl").read_text()
     assert f"hf download {NAME} --revision {'a' * 40}" in events
+
+
+def test_a_recipe_already_pinned_is_not_fetched_again(assets: Assets) -> None:
+    """A run rebuilt after a rollback holds snapshot paths, not hub names: pinning it again
+    asks nothing of the hub (the suite runs offline, where a fetch would fail)."""
+    from trainer.hub_models import pin_hub_models
+
+    settings = RecipeSettings(data_roots=str(assets.root))
+    typed = validate_job(base_recipe(assets), [], None, settings).typed
+    pinned = dataclasses.replace(typed, hub_revisions={NAME: "a" * 40})
+    assert pin_hub_models(pinned) is pinned
