@@ -5,7 +5,8 @@
 
 Each YAML under the path is validated as `tuneyard validate` would, on CUDA, at the node and
 GPU counts the recipe states (`ci.nodes`, `ci.nproc_per_node` or 4 per GB200 node else 8;
-`benchmark.num_nodes`), with remote code granted (an operator's decision, not a recipe
+`benchmark.num_nodes`), from the checkout's root as a user of AutoModel runs them (its
+relative paths, e.g. `examples/.../chat_template.jinja`, resolve there), with remote code granted (an operator's decision, not a recipe
 property). In scope are the causal-LM directories (fine-tuning, pretraining, KD, benchmarks,
 convergence, long context); every other directory's recipe should answer with one "not
 supported" error. Prints the valid count, the hub-config refusals, the out-of-scope answers,
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,9 @@ IN_SCOPE = {
     "long_context_validation",
 }
 HUB_UNREADABLE = "config.json is not readable here"
+# A local data file the recipe names that is not on this machine (the user's own data, or
+# files AutoModel's repository does not ship): the environment, not a refusal of the recipe.
+ABSENT_DATA = re.compile(r"^\w*dataset\.[\w.]+: '[^']*' (does not exist|matches no file)")
 
 
 def topology(path: Path) -> dict[str, Any]:
@@ -84,7 +89,11 @@ def report(rows: list[dict[str, Any]], causes: int) -> None:
     print(f"in scope: {len(inside)} recipes, {len(inside) - len(refused)} valid")
     print(f"  refused: {len(refused)}; with an unreadable hub config among the causes: {len(hub)}")
     other = [r for r in refused if r not in hub]
-    print(f"  refused for other reasons only: {len(other)}")
+    absent = [r for r in other if all(ABSENT_DATA.match(e) for e in r["errors"])]
+    print(
+        f"  refused for other reasons only: {len(other)}, of which {len(absent)} only name "
+        "local data files that are absent here"
+    )
     print(f"out of scope: {len(outside)} recipes, {len(single)} answer one 'not supported'")
     print(f"crashes: {sum(e.startswith('CRASH') for r in rows for e in r['errors'])}")
     by_family = collections.Counter(Path(r["path"]).parts[1] for r in other)
@@ -100,9 +109,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every recipe's result here")
     parser.add_argument("--causes", type=int, default=30, help="first causes to list")
     args = parser.parse_args()
-    rows = sweep(args.examples)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+    examples, out = args.examples.resolve(), args.json and args.json.resolve()
+    os.chdir(examples.parent)  # the checkout's root: where its relative paths point
+    rows = sweep(examples)
+    if out:
+        out.write_text(json.dumps(rows, indent=1))
     report(rows, args.causes)
 
 
