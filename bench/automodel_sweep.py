@@ -5,7 +5,8 @@
 
 Each YAML under the path is validated as `tuneyard validate` would, on CUDA, at the node and
 GPU counts the recipe states (`ci.nodes`, `ci.nproc_per_node` or 4 per GB200 node else 8;
-`benchmark.num_nodes`), from the checkout's root as a user of AutoModel runs them (its
+`benchmark.num_nodes`, at least the nodes its explicit parallel sizes fill, with the CI's
+`local_batch_size`), from the checkout's root as a user of AutoModel runs them (its
 relative paths, e.g. `examples/.../chat_template.jinja`, resolve there), with remote code granted (an operator's decision, not a recipe
 property). In scope are the causal-LM directories (fine-tuning, pretraining, KD, benchmarks,
 convergence, long context); every other directory's recipe should answer with one "not
@@ -41,18 +42,38 @@ HUB_UNREADABLE = "config.json is not readable here"
 ABSENT_DATA = re.compile(r"^\w*dataset\.[\w.]+: '[^']*' (does not exist|matches no file)")
 
 
-def topology(path: Path) -> dict[str, Any]:
-    """The resources the recipe says it runs on (1 node of 8 GPUs when it says nothing)."""
+def _recipe(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError:
         data = {}
-    data = data if isinstance(data, dict) else {}
-    ci = data.get("ci") if isinstance(data.get("ci"), dict) else {}
-    bench = data.get("benchmark") if isinstance(data.get("benchmark"), dict) else {}
-    nodes = ci.get("nodes") or bench.get("num_nodes") or 1
-    per_node = ci.get("nproc_per_node") or (4 if "gb200" in str(ci.get("cluster_tag")) else 8)
-    return {"nnodes": int(nodes), "nproc_per_node": int(per_node), "accelerator": "cuda"}
+    return data if isinstance(data, dict) else {}
+
+
+def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
+    return data[name] if isinstance(data.get(name), dict) else {}
+
+
+def topology(path: Path) -> dict[str, Any]:
+    """The resources the recipe says it runs on: its CI's node and GPU counts (1 node of 8
+    GPUs, 4 on GB200, when it says nothing), and at least the nodes that its own explicit
+    parallel sizes fill (a 70B pretrain with dp 2 x tp 4 x pp 4 runs on 4 nodes)."""
+    data = _recipe(path)
+    ci, bench = _section(data, "ci"), _section(data, "benchmark")
+    per_node = int(ci.get("nproc_per_node") or (4 if "gb200" in str(ci.get("cluster_tag")) else 8))
+    sizes = _section(data, "distributed")
+    world = 1
+    for name in ("dp_size", "tp_size", "cp_size", "pp_size"):
+        if isinstance(sizes.get(name), int) and sizes[name] > 0:
+            world *= sizes[name]
+    nodes = max(int(ci.get("nodes") or bench.get("num_nodes") or 1), -(-world // per_node))
+    return {"nnodes": nodes, "nproc_per_node": per_node, "accelerator": "cuda"}
+
+
+def ci_overrides(path: Path) -> list[str]:
+    """What AutoModel's CI sets at that topology: `ci.local_batch_size`."""
+    local = _section(_recipe(path), "ci").get("local_batch_size")
+    return [f"step_scheduler.local_batch_size={local}"] if isinstance(local, int) else []
 
 
 def sweep(root: Path) -> list[dict[str, Any]]:
@@ -60,7 +81,7 @@ def sweep(root: Path) -> list[dict[str, Any]]:
     for path in sorted(root.rglob("*.yaml")):
         relative = path.relative_to(root)
         try:
-            result = validate_job(path, [], topology(path), allow_remote_code=True)
+            result = validate_job(path, ci_overrides(path), topology(path), allow_remote_code=True)
             errors = [str(e) for e in result.errors]
         except Exception as exc:  # noqa: BLE001 - a crash is what the sweep looks for
             result, errors = None, [f"CRASH {type(exc).__name__}: {exc}"]
