@@ -76,6 +76,14 @@ def ci_overrides(path: Path) -> list[str]:
     return [f"step_scheduler.local_batch_size={local}"] if isinstance(local, int) else []
 
 
+def causal_lm_recipe(path: Path) -> bool:
+    """A next-token-prediction recipe class with a causal-LM loader: an LLM recipe wherever
+    AutoModel files it (its VLM benchmarks time a VL checkpoint's text backbone this way)."""
+    data = _recipe(path)
+    loader = str(_section(data, "model").get("_target_", ""))
+    return "NextTokenPrediction" in str(data.get("recipe", "")) and "ForCausalLM" in loader
+
+
 def sweep(root: Path) -> list[dict[str, Any]]:
     rows = []
     for path in sorted(root.rglob("*.yaml")):
@@ -89,6 +97,7 @@ def sweep(root: Path) -> list[dict[str, Any]]:
             {
                 "path": str(relative),
                 "in_scope": relative.parts[0] in IN_SCOPE,
+                "causal_lm": causal_lm_recipe(path),
                 "valid": bool(result and result.valid),
                 "errors": errors,
             }
@@ -107,6 +116,7 @@ def report(rows: list[dict[str, Any]], causes: int) -> None:
     refused = [r for r in inside if not r["valid"]]
     hub = [r for r in refused if any(HUB_UNREADABLE in e for e in r["errors"])]
     single = [r for r in outside if len(r["errors"]) == 1 and "not supported" in r["errors"][0]]
+    llm = [r for r in outside if r not in single and r.get("causal_lm")]
     print(f"in scope: {len(inside)} recipes, {len(inside) - len(refused)} valid")
     print(f"  refused: {len(refused)}; with an unreadable hub config among the causes: {len(hub)}")
     other = [r for r in refused if r not in hub]
@@ -115,7 +125,11 @@ def report(rows: list[dict[str, Any]], causes: int) -> None:
         f"  refused for other reasons only: {len(other)}, of which {len(absent)} only name "
         "local data files that are absent here"
     )
-    print(f"out of scope: {len(outside)} recipes, {len(single)} answer one 'not supported'")
+    print(
+        f"out of scope: {len(outside)} recipes, {len(single)} answer one 'not supported'; "
+        f"{len(llm)} are causal-LM recipes in another family's directory, answered by the "
+        f"LLM rules: {', '.join(r['path'] for r in llm)}"
+    )
     print(f"crashes: {sum(e.startswith('CRASH') for r in rows for e in r['errors'])}")
     by_family = collections.Counter(Path(r["path"]).parts[1] for r in other)
     print("refused for other reasons, by family:", dict(by_family.most_common()))
