@@ -36,7 +36,17 @@ from api.middleware import (
     UnexpectedErrorMiddleware,
 )
 from api.prometheus import MetricsMiddleware
-from api.routes import jobs, projects, steps, system, telemetry
+from api.routes import (
+    artifacts,
+    exports,
+    jobs,
+    projects,
+    steps,
+    system,
+    telemetry,
+    templates,
+    webhooks,
+)
 from api.tracing import install_tracing
 from jobs.broker import connect_broker
 from jobs.store.capacity import CapacityCache
@@ -147,8 +157,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(AccessLogMiddleware)
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(RequestIdMiddleware)
-    for router in (jobs.router, telemetry.router, steps.router, projects.router, system.router):
-        app.include_router(router)
+    routers = (jobs, telemetry, steps, projects, webhooks, system)
+    for module in routers:
+        app.include_router(module.router)
+    app.include_router(artifacts.router)
+    app.include_router(exports.router)
+    app.include_router(templates.router)
     mount_docs(app)
     _mount_dashboard(app)
     return app

@@ -30,7 +30,8 @@ _OTHER_KEYS: dict[str, str] = {
     "recipe": "The recipe kind: llm_finetune (default) or llm_kd, or AutoModel's class name.",
     "seed": "Shorthand for rng.seed.",
     "distributed": "Parallelism: strategy, dp_size, tp_size, pp_size, cp_size, ep_size.",
-    "restore_from": "Resume from {path: LATEST}, {path: <checkpoint dir>} or {job, step}.",
+    "restore_from": "Resume from {path: LATEST}, {path: <checkpoint dir>}, {job, step} or "
+    "{path: s3://...}, a checkpoint in the artifact store.",
     "kd_ratio": "llm_kd: the weight of the distillation loss.",
     "benchmark": "Benchmark settings (llm_benchmark recipes).",
     "wandb": "Weights & Biases tracker settings.",

@@ -22,9 +22,12 @@ from pydantic import (
     StringConstraints,
     WithJsonSchema,
     create_model,
+    field_validator,
+    model_validator,
 )
 
 from api.recipe_schema import recipe_json_schema
+from api.retention_schemas import CheckpointDeletionPublic, CheckpointRetention
 from jobs.recipe.load.bounds import CONTROL_FIX, control_msg, unsafe_char
 from jobs.recipe.load.limits import MAX_NNODES, MAX_NPROC_PER_NODE
 from jobs.recipe.load.overrides import MAX_OVERRIDES, TOO_MANY
@@ -111,6 +114,29 @@ class JobCreate(BaseModel):
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
 
 
+class JobRequestPublic(BaseModel):
+    """What a job was submitted with, to submit a variant of it ("clone and edit")."""
+
+    name: str | None = None
+    recipe: dict[str, Any] | None = None
+    recipe_yaml: str | None = Field(None, description="The YAML text as submitted, comments too.")
+    overrides: list[str] = Field(default_factory=list)
+    resources: dict[str, Any] = Field(default_factory=dict)
+    priority: int = 0
+    max_attempts: int = 3
+    labels: dict[str, Any] = Field(default_factory=dict)
+
+
+class RecipeTemplate(BaseModel):
+    name: str = Field(description="The example's path under examples/, e.g. llm_finetune/x.yaml.")
+    title: str = Field(description="The first line of the example's opening comment.")
+    recipe_yaml: str
+
+
+class RecipeTemplates(BaseModel):
+    data: list[RecipeTemplate]
+
+
 class FieldErrorOut(BaseModel):
     loc: str
     msg: str
@@ -160,8 +186,13 @@ class JobPublic(BaseModel):
     queue: str
     priority: int
     labels: dict[str, Any]
-    attempt: int
+    attempt: int = Field(description="Runs started: the first, each retry and each resume.")
     max_attempts: int
+    failed_attempts: int = Field(
+        0,
+        description="Attempts that failed and were retried: the budget `max_attempts` limits "
+        "(a pause and resume spends none).",
+    )
     resources: dict[str, Any]
     overrides: list[str]
     recipe: dict[str, Any]
@@ -198,6 +229,7 @@ class JobsPublic(BaseModel):
     data: list[JobPublic]
     has_more: bool = Field(False, description="More items follow this page.")
     next_cursor: str | None = Field(None, description=NEXT_CURSOR)
+    count: int | None = Field(None, description="Jobs matching the filters, on every page.")
 
 
 class EventPublic(BaseModel):
@@ -209,6 +241,11 @@ class EventPublic(BaseModel):
     message: str
     data: dict[str, Any]
     created_at: datetime
+    label: str | None = Field(
+        None,
+        description="What happened, for a chart marker: pause, resume, cancel, preempt, retry, "
+        "fail, finish, start, checkpoint or resume_check; null for other events.",
+    )
 
 
 class EventsPublic(BaseModel):
@@ -268,10 +305,18 @@ class CheckpointPublic(BaseModel):
     size_bytes: int | None
     metrics: dict[str, Any]
     created_at: datetime
+    kept_because: list[str] = Field(
+        default_factory=list,
+        description="Why retention keeps it: latest, best <metric> #<rank>, last <N>, "
+        "resumable, or that nothing limits retention; empty: the next save may delete it.",
+    )
 
 
 class CheckpointsPublic(BaseModel):
-    data: list[CheckpointPublic]
+    data: list[CheckpointPublic] = Field(description="The checkpoints that exist, by step.")
+    deleted: list[CheckpointDeletionPublic] = Field(
+        default_factory=list, description="Checkpoints deleted by retention, when and why."
+    )
 
 
 class ModelPublic(BaseModel):
@@ -292,12 +337,33 @@ class ProjectPublic(BaseModel):
         description="Recipes of this project may set model.trust_remote_code: true."
     )
     created_at: datetime
+    checkpoint_retention: CheckpointRetention | None = Field(
+        None, description="The policy for finished jobs' checkpoints; null: none."
+    )
 
 
 class ProjectUpdate(BaseModel):
+    """The settings to change; a field left out keeps its value."""
+
     model_config = ConfigDict(extra="forbid")
 
-    allow_remote_code: bool
+    allow_remote_code: bool | None = None
+    checkpoint_retention: CheckpointRetention | None = None
+
+    @field_validator("allow_remote_code")
+    @classmethod
+    def _not_null(cls, value: bool | None) -> bool:
+        if value is None:
+            raise ValueError("must be true or false | fix: leave allow_remote_code out to keep it")
+        return value
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> ProjectUpdate:
+        if not self.model_fields_set:
+            raise ValueError(
+                "changes nothing | fix: give allow_remote_code, checkpoint_retention or both"
+            )
+        return self
 
 
 class KeyCreate(BaseModel):

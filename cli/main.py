@@ -23,6 +23,8 @@ _TOPICS = (
     "cli.server_cmds",
     "cli.worker_cmds",
     "cli.client_cmds",
+    "cli.export_cmds",
+    "cli.artifact_cmds",
     "cli.local_cmds",
 )
 

@@ -1,4 +1,5 @@
-"""`tuneyard worker` and `tuneyard scheduler`: start a Celery worker or the reconciler loop.
+"""`tuneyard worker` and `tuneyard scheduler`: start a Celery worker, or the reconciler loop
+and the webhook sender.
 
 Both read `TUNEYARD_*` settings (database, broker; `TUNEYARD_WORKER_*` for timings). The
 worker runs jobs in a thread pool (`--concurrency` jobs at once) so each job's supervisor
@@ -47,10 +48,15 @@ def worker(
 
 
 def scheduler(loglevel: str = typer.Option("INFO", "--loglevel")) -> None:
-    """Run the reconciler: expired leases, lost queue messages, stale workers."""
+    """Run the reconciler (expired leases, lost queue messages, stale workers) and the
+    webhook sender (the outbox's deliveries, in a thread beside it)."""
     logging.basicConfig(level=loglevel, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from jobs.store.log_context import configure_json_logging
     from worker.reconciler import run_forever
+    from worker.webhook_sender import start_webhook_sender
 
+    configure_json_logging(loglevel)  # before the sender's thread logs its first line
+    start_webhook_sender()
     run_forever()
 
 

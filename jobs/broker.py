@@ -1,7 +1,7 @@
 """The broker: the only code in tuneyard that knows Celery, kombu or Redis.
 
 It sends job ids (`enqueue_job`, and `dispatch_job`, which also records the dispatch in the
-database), answers the readiness ping (`broker_reachable`), counts the messages waiting per
+database) and export ids (`dispatch_export`), answers the readiness ping (`broker_reachable`), counts the messages waiting per
 queue (`queue_lengths`) and tells which job ids are still waiting (`queued_job_ids`, what
 the reconciler asks before it re-sends a job). The API, the worker and the reconciler call
 these and nothing below them.
@@ -29,6 +29,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from jobs.store.engine import session_scope
+from jobs.store.exports import mark_export_dispatched
 from jobs.store.queries import mark_dispatched
 from jobs.store.settings import Settings, get_settings
 from jobs.store.tables import Job
@@ -36,6 +38,7 @@ from jobs.store.tables import Job
 log = logging.getLogger("tuneyard.broker")
 
 RUN_JOB_TASK = "tuneyard.run_job"
+RUN_EXPORT_TASK = "tuneyard.run_export"
 DEFAULT_QUEUES = ("cpu", "gpu-1", "gpu-8")
 _PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
@@ -121,6 +124,30 @@ def enqueue_job(job_id: str, queue: str, settings: Settings | None = None) -> No
     app.send_task(
         RUN_JOB_TASK, args=[str(job_id)], queue=queue, retry=True, retry_policy=_PUBLISH_RETRY
     )
+
+
+def dispatch_export(export_id: str, queue: str, settings: Settings | None = None) -> bool:
+    """Send `tuneyard.run_export(export_id)` to `queue` (the export's row is committed, with
+    its dispatch mark) and note the send; False on refusal: the export stays `queued` and
+    the reconciler sends it again after its grace window."""
+    try:
+        app = _client(broker_url_for(settings))
+        app.send_task(
+            RUN_EXPORT_TASK,
+            args=[str(export_id)],
+            queue=queue,
+            retry=True,
+            retry_policy=_PUBLISH_RETRY,
+        )
+    except Exception as exc:  # any transport error: the reconciler re-dispatches queued exports
+        log.warning("export %s stays queued: the broker refused it (%s)", export_id, exc)
+        return False
+    try:
+        with session_scope(settings) as session:
+            mark_export_dispatched(session, export_id)
+    except Exception as exc:  # the send happened; only the bookkeeping is lost
+        log.warning("export %s: could not record the dispatch (%s)", export_id, exc)
+    return True
 
 
 def _sent(job_id: str, queue: str, settings: Settings | None) -> bool:

@@ -107,10 +107,8 @@ class AutoModelForCausalLM:
                 ) from exc
             return kernels.apply_kernel_options(_tag(model, "native"), options)
         log.info("loading %s with transformers (%s)", directory, why)
-        from transformers import AutoModelForCausalLM as HFAuto
-
         build = functools.partial(
-            HFAuto.from_pretrained,
+            _hf_auto_class(config).from_pretrained,
             directory,
             dtype=resolved or torch.float32,
             local_files_only=True,
@@ -145,16 +143,51 @@ class AutoModelForCausalLM:
             )
             return kernels.apply_kernel_options(_tag(model, "native"), options)
         log.info("building %s with transformers (%s)", type(config).__name__, why)
-        from transformers import AutoModelForCausalLM as HFAuto
-
         build = functools.partial(
-            HFAuto.from_config,
+            _hf_auto_class(config).from_config,
             config,
             dtype=resolved or torch.float32,
             trust_remote_code=trust_remote_code,
             **kwargs,
         )
         return _build_hf(build, options, attn_implementation)
+
+
+def _hf_auto_class(config: Any) -> Any:
+    """transformers' causal-LM auto class, or for a multimodal checkpoint that has no
+    causal-LM class (`Mistral3ForConditionalGeneration`: Mistral-Small-3.x) its
+    image-text-to-text one, which runs on text alone (no pixel values)."""
+    from transformers import AutoModelForCausalLM as CausalLM
+    from transformers import AutoModelForImageTextToText as ImageTextToText
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+    )
+
+    model_type = getattr(config, "model_type", None)
+    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return CausalLM
+    if model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return ImageTextToText
+    return CausalLM  # its own error names the configuration class it cannot load
+
+
+def freeze_outside_text(model: torch.nn.Module) -> torch.nn.Module:
+    """Text-only fine-tuning of an image-text-to-text class: the vision tower and projector
+    get no gradient from text, so they are frozen (no optimizer state, nothing to reduce);
+    the language model and the output head train. Any other class is left as it is."""
+    from transformers import AutoModelForImageTextToText
+
+    if _hf_auto_class(model.config) is not AutoModelForImageTextToText:
+        return model
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    if decoder is None:
+        return model
+    text = {id(p) for part in (decoder, head) if part is not None for p in part.parameters()}
+    for parameter in model.parameters():
+        if id(parameter) not in text:
+            parameter.requires_grad_(False)
+    return model
 
 
 def _build_hf(
@@ -173,4 +206,5 @@ def _build_hf(
             ("use_sdpa_patching", f"the class cannot run sdpa ({exc}); its default attention runs")
         )
         model = build()
+    model = freeze_outside_text(model)
     return kernels.apply_kernel_options(_tag(model, "hf"), options, fallbacks=fallbacks)

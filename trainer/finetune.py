@@ -140,7 +140,7 @@ def save_checkpoint(
     checkpoints = run.checkpoints
     log.checkpoints_saved(checkpoints.wait())  # the previous asynchronous save, published
     staging = checkpoints.begin(run.step)
-    state = trainer_state(run)
+    state = {**trainer_state(run), "metrics": last_record}  # what keep_best ranks it by
     if checkpoints.is_async:
         _save_async(run, staging, state, last_record)
         if final if final is not None else run.step >= run.max_steps:
@@ -153,7 +153,8 @@ def save_checkpoint(
     path = checkpoints.publish(run.step, state)
     if run.env.is_rank0:
         size = manager.dir_size(path)
-        log.checkpoints_saved([manager.PublishedSave(run.step, path, size, last_record)])
+        deleted = checkpoints.take_deletions()
+        log.checkpoints_saved([manager.PublishedSave(run.step, path, size, last_record, deleted)])
 
 
 def _save_async(
@@ -255,13 +256,15 @@ def _train_loop(run: TrainingRun, log: RunLog, preemption: Preemption) -> ExitCo
         if guard.check(run, log, loss, positions):  # rolled back (recovery:); else raises
             stream = rows.tracked(batches(run), run)
             continue
+        saved = asdict(record)  # what a checkpoint at this step records: its own step's
         if run.val_loader is not None and _due(run.step, schedule.val_check_interval):
             val_loss, val_tokens = validate(run)
             log.record(ValRecord(run.step, epoch, val_loss, val_tokens, time.time()))
             log.event("validation", run.step, val_loss=val_loss)
+            saved["val_loss"] = val_loss
         preempted = preemption.agreed(run.env.device)
         if _should_save(run, schedule, preempted, epoch_ended(run, micro)):
-            save_checkpoint(run, log, asdict(record), final=preempted or None)
+            save_checkpoint(run, log, saved, final=preempted or None)
         log.checkpoints_saved(run.checkpoints.completed())
         if preempted:
             log.checkpoints_saved(run.checkpoints.wait())

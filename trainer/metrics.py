@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from jobs.recipe.typed import Recipe
 from models.hooks import model_flops_per_token
+from trainer.console import Console
 from trainer.trackers import FAILED, FINISHED, KILLED, GuardedTracker, open_trackers
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class RunLog:
         self.run_dir, self.is_rank0 = run_dir, is_rank0
         self.metrics = JsonlWriter(run_dir / "metrics.jsonl", is_rank0)
         self.events = JsonlWriter(run_dir / "events.jsonl", is_rank0)
+        self.console = Console(is_rank0)  # the job log's readable lines
         self.trackers: list[GuardedTracker] = []
         self.outcome, self.step = FINISHED, 0
 
@@ -106,6 +108,7 @@ class RunLog:
     def record(self, sample: TrainRecord | ValRecord) -> None:
         data = asdict(sample)
         self.metrics.write(data)
+        self.console.record(data)
         self.step = sample.step
         for tracker in self.trackers:
             if sample.kind == "val":
@@ -116,9 +119,11 @@ class RunLog:
     def event(self, name: str, step: int, **fields: Any) -> None:
         self.outcome = OUTCOME_EVENTS.get(name, self.outcome)
         self.events.write({"event": name, "step": step, "timestamp": time.time(), **fields})
+        self.console.event(name, step, fields)
 
     def checkpoints_saved(self, saves: list[PublishedSave]) -> None:
-        """One `checkpoint_saved` event per published checkpoint (rank 0 gets them)."""
+        """One `checkpoint_saved` event per published checkpoint, then one `checkpoint_deleted`
+        per checkpoint retention removed once it was published (rank 0 gets them)."""
         for save in saves:
             fields = {
                 "path": str(save.path),
@@ -126,6 +131,8 @@ class RunLog:
                 "metrics": save.metrics,
             }
             self.event("checkpoint_saved", save.step, **fields)
+            for gone in save.deleted:  # retention (`trainer.checkpoint.retention`)
+                self.event("checkpoint_deleted", gone.step, path=str(gone.path), reason=gone.reason)
 
     def close(self) -> None:
         trackers, self.trackers = self.trackers, []

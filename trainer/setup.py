@@ -40,6 +40,7 @@ from trainer.data.collate import Collator
 from trainer.distributed import DistEnv, Topology, build_mesh, check_launch
 from trainer.errors import checkpoint_error, data_error
 from trainer.hub_models import pin_hub_models
+from trainer.neftune import attach_neftune
 from trainer.parallelize import parallelize
 from trainer.pipeline import build_pipeline
 from trainer.train_state import recipe_hash, restore_rng, seed_everything
@@ -230,6 +231,7 @@ def setup_run(
     checkpoints.remove_stale_staging()
     ckpt = checkpoints.resolve(recipe.restore_from.path if recipe.restore_from else None)
     stack = build_model_stack(recipe, env, topology, ckpt)
+    attach_neftune(stack.model, recipe.neftune)  # before the first (compiled) forward
 
     train_loader, val_loader = _loaders(recipe, stack.tokenizer, topology)
     max_steps = steps_to_run(recipe.step_scheduler, train_loader)
@@ -272,6 +274,7 @@ def _checkpoint_manager(
         root,
         save_optimizer=section.save_optimizer,
         is_async=section.is_async,
+        keep_best=section.keep_best,
     )
 
 

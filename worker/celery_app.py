@@ -21,7 +21,7 @@ app = Celery("tuneyard")
 app.conf.update(celery_config(_broker))
 app.conf.worker_disable_prefetch = _broker.startswith("redis")
 app.conf.worker_pool = "threads"
-app.conf.imports = ["worker.tasks"]
+app.conf.imports = ["worker.tasks", "worker.export_task"]
 
 
 @setup_logging.connect

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -24,6 +23,14 @@ from pathlib import Path
 from worker.proctree import RUN_TAG_ENV, run_tag, set_parent_death_signal
 
 RECIPE_FILE = "recipe.json"
+# glibc's malloc raises its mmap threshold to the size of every large block a process frees
+# (up to 32 MiB); past that, the buffers FSDP2 allocates and frees each step (gathered
+# parameters, gradients, gloo's copies) come from per-thread heaps that keep their pages, and
+# a 2-rank CPU run of a 60M Llama peaked at 3.5x the model's bytes per rank instead of 1.9x
+# (`bench/bench_run_memory.py`). A fixed threshold hands every block above it back to the
+# kernel when it is freed; the step-time cost is measured by `bench/bench_cpu_allocator.py`.
+# Set only where the operator's environment does not already choose.
+CPU_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
 # The directory that holds the `trainer`, `models` and `jobs` packages beside `worker`.
 PACKAGES_ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,12 +68,9 @@ def write_recipe(run_dir: Path, recipe: dict) -> Path:
 
 
 def torchrun_prefix() -> list[str]:
-    """`torchrun` from this interpreter's environment (so the trainer sees the same packages)."""
-    beside = Path(sys.executable).with_name("torchrun")
-    if beside.exists():
-        return [str(beside)]
-    found = shutil.which("torchrun")
-    return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+    """torchrun under this interpreter (so the trainer sees the same packages), through
+    `trainer.launch`: a pause or cancel ends the job log with one line, not a traceback."""
+    return [sys.executable, "-m", "trainer.launch"]
 
 
 def build_command(spec: LaunchSpec) -> list[str]:
@@ -94,7 +98,8 @@ def build_command(spec: LaunchSpec) -> list[str]:
 
 
 def build_env(spec: LaunchSpec, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The trainer's environment: thread count, visible devices, backend, run tag."""
+    """The trainer's environment: thread count, visible devices, backend (and on CPU the
+    allocator's `CPU_ALLOCATOR_ENV`), run tag."""
     env = dict(os.environ if base is None else base)
     cores = os.cpu_count() or 1
     env.setdefault("OMP_NUM_THREADS", str(max(1, cores // max(1, spec.nproc_per_node))))
@@ -106,6 +111,8 @@ def build_env(spec: LaunchSpec, base: dict[str, str] | None = None) -> dict[str,
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["TUNEYARD_DIST_BACKEND"] = "gloo"
+        for key, value in CPU_ALLOCATOR_ENV.items():
+            env.setdefault(key, value)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONSAFEPATH"] = "1"  # the run directory (cwd) never shadows tuneyard's packages
     env["PYTHONPATH"] = os.pathsep.join(

@@ -8,6 +8,9 @@ Each pass, in its own short transactions:
    (Redis flushed or restarted, or the API's enqueue failed) are dispatched again; a
    duplicate message is harmless because claiming is decided in the database.
 3. workers whose heartbeat is older than `stale_worker_seconds` are marked `lost`.
+4. every `retention_seconds`, each project's checkpoint retention policy is applied to its
+   finished jobs (`worker.retention`).
+5. exports get the same care as jobs (expired leases, lost messages): `worker.export_reconcile`.
 
 Its log lines are JSON (`jobs.store.log_context`), like the API's and the workers'.
 """
@@ -28,6 +31,8 @@ from jobs.store.log_context import configure_json_logging
 from jobs.store.tables import utcnow
 from worker import health
 from worker.config import WorkerConfig, get_worker_config
+from worker.export_reconcile import reconcile_exports
+from worker.retention import apply_retention_due
 from worker.settle import dispatch_after_commit
 
 log = logging.getLogger("tuneyard.reconciler")
@@ -38,6 +43,7 @@ class ReconcileReport:
     expired: list[str] = field(default_factory=list)
     redispatched: list[str] = field(default_factory=list)
     lost_workers: list[str] = field(default_factory=list)
+    exports: list[str] = field(default_factory=list)  # settled or sent again
 
 
 def expire_leases(report: ReconcileReport) -> list[tuple[str, str]]:
@@ -76,6 +82,7 @@ def reconcile_once(config: WorkerConfig | None = None) -> ReconcileReport:
     for job_id, queue in expire_leases(report):
         dispatch_after_commit(job_id, queue)
     redispatch_lost(report, config)
+    report.exports = reconcile_exports(config)
     with session_scope() as session:
         older = utcnow() - timedelta(seconds=config.stale_worker_seconds)
         report.lost_workers = mark_lost_workers(session, older)
@@ -91,8 +98,9 @@ def run_forever(config: WorkerConfig | None = None, stop: threading.Event | None
     while not stop.is_set():
         try:
             report = reconcile_once(config)
-            if report.expired or report.redispatched or report.lost_workers:
+            if report.expired or report.redispatched or report.lost_workers or report.exports:
                 log.info("reconciled: %s", report)
+            apply_retention_due(config)
             health.mark("scheduler", ok=True)
         except Exception as exc:  # database or broker down: try again next pass
             log.warning("reconcile pass failed: %s", exc)

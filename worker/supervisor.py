@@ -36,9 +36,16 @@ from jobs.orchestration.states import TransitionRefused, transition
 from jobs.store.engine import session_scope
 from jobs.store.ingest import append_logs, record_trainer_events, upsert_checkpoints, upsert_metrics
 from jobs.store.leases import Claim, holds_lease, job_attempt_status, renew_lease
+from jobs.store.retention import record_trainer_deletions
 from jobs.store.samples import ingest_samples
 from jobs.store.status import ACTIVE, JobStatus
 from worker import executors
+from worker.artifact_uploads import (
+    ArtifactUploads,
+    RestoreFailed,
+    restore_stored_checkpoint,
+    while_renewing,
+)
 from worker.config import WorkerConfig
 from worker.executors import AttemptHandle
 from worker.launcher import LaunchSpec, write_recipe
@@ -48,6 +55,13 @@ from worker.settle import report_outcome
 from worker.tailer import OffsetStore, read_new_lines
 
 log = logging.getLogger("tuneyard.worker")
+
+
+# The line a user's stop request adds to the job log before the trainer's own last lines.
+STOP_LOG_LINES = {
+    "pause": "[tuneyard] pause requested: the trainer saves a checkpoint and stops",
+    "cancel": "[tuneyard] cancel requested: stopping every process of this attempt",
+}
 
 
 class LeaseLost(Exception):
@@ -80,6 +94,7 @@ class AttemptSupervisor:
         self.pump = LogPump(prefix=prefix)
         self.offsets = OffsetStore(self.run_dir / ".ingest_offsets.json")
         self.state = AttemptState()
+        self.uploads: ArtifactUploads | None = None  # node 0, with an artifact store
 
     # ---- lifecycle -------------------------------------------------------------------
     def run(self) -> Outcome | None:
@@ -90,6 +105,9 @@ class AttemptSupervisor:
         executors.stop_older_attempts(self.spec, self.config)
         if self.is_leader:  # after the older attempt's ranks are gone: none writes one now
             clear_failure_records(self.run_dir)
+            refused = self._start_artifacts()
+            if refused is not None:
+                return self._settle(refused, None)
         events_path = self.run_dir / "events.jsonl"
         self.state.events_launch_offset = events_path.stat().st_size if events_path.exists() else 0
         started = self._launch()
@@ -103,6 +121,8 @@ class AttemptSupervisor:
         returncode = self._supervise(handle)
         self.pump.wait_closed()
         self._drain()
+        if self.uploads is not None:  # the job settles with its checkpoints stored
+            self.uploads.finish(self._keep_lease)
         if self.state.lease_lost:
             log.warning(
                 "job %s attempt %s: lease lost, writing nothing",
@@ -179,6 +199,32 @@ class AttemptSupervisor:
             except TransitionRefused as exc:  # cancelled while starting: the poll sees it
                 log.info("job %s not moved to running: %s", self.claim.job_id, exc)
 
+    def _start_artifacts(self) -> Outcome | None:
+        """Download the stored checkpoint the recipe restores from, if any (the lease renewed
+        meanwhile), and start this attempt's uploads; an Outcome when the restore failed."""
+        try:
+            recipe = while_renewing(
+                lambda: restore_stored_checkpoint(self.claim.recipe, self.run_dir),
+                self._keep_lease,
+            )
+        except RestoreFailed as exc:
+            return launch_failure(str(exc))
+        if recipe is not self.claim.recipe:
+            write_recipe(self.run_dir, recipe)
+        self.uploads = self._retry_db(lambda: ArtifactUploads.for_job(self.claim.job_id))
+        if self.uploads is not None:
+            self._retry_db(self.uploads.submit_unstored)
+        return None
+
+    def _keep_lease(self) -> bool:
+        """Renew the lease while the artifact store is busy; False once it is lost."""
+        try:
+            if self._renew_or_check() is None:
+                self.state.lease_lost = True
+        except SQLAlchemyError as exc:
+            log.warning("job %s: lease renewal failed (%s)", self.claim.job_id, exc)
+        return not self.state.lease_lost
+
     # ---- cancel, pause, lease ---------------------------------------------------------
     def _poll_status(self) -> None:
         try:
@@ -213,6 +259,8 @@ class AttemptSupervisor:
                 "job %s attempt %s: stopping (%s)", self.claim.job_id, self.claim.attempt, kind
             )
             self.state.stop = StopRequest(kind, time.monotonic() + grace)
+            if kind in STOP_LOG_LINES:  # the job log says why the trainer is about to stop
+                self.pump.add(f"{self.pump.prefix}stderr", STOP_LOG_LINES[kind])
 
     def _advance_stop(self, handle: AttemptHandle) -> None:
         stop = self.state.stop
@@ -285,6 +333,9 @@ class AttemptSupervisor:
         self.state.counters["metrics"] += upsert_metrics(session, job, attempt, metrics)
         self.state.counters["events"] += record_trainer_events(session, job, attempt, events)
         upsert_checkpoints(session, job, attempt, [record for _, record in events])
+        if self.uploads is not None:
+            self.uploads.submit_checkpoints([record for _, record in events])
+        record_trainer_deletions(session, job, [record for _, record in events])
         for offset, record in events:
             if offset >= self.state.events_launch_offset and is_outcome_event(record):
                 self.state.last_outcome_event = record

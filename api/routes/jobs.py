@@ -13,6 +13,7 @@ from fastapi import APIRouter, Header, Query, Response
 
 from api.deps import CapacityDep, Reader, SessionDep, SettingsDep, Submitter
 from api.errors import ApiError, InvalidRequest, not_found
+from api.event_labels import EventFacts, label_events
 from api.job_lookup import resolve_job_id
 from api.limits import BoundedJsonRoute
 from api.pages import CURSOR_DOC, numeric_cursor
@@ -23,6 +24,7 @@ from api.schemas import (
     IdempotencyKey,
     JobCreate,
     JobPublic,
+    JobRequestPublic,
     JobsPublic,
     ValidateOut,
     ValidationErrors,
@@ -30,13 +32,14 @@ from api.schemas import (
 from api.sse import MAX_EVENT_ID as MAX_ROW_ID
 from api.submission import BAD_TEXT, check_request, submit, unstorable_text
 from jobs.broker import dispatch_job
+from jobs.orchestration.policy import failed_attempts, failed_attempts_by_job
 from jobs.orchestration.states import IllegalTransition, available_controls, request_control
 from jobs.recipe.errors import FieldError
 from jobs.store import metric_reads
 from jobs.store import queries as store
 from jobs.store.api_keys import Principal
 from jobs.store.status import JobStatus, is_terminal
-from jobs.store.tables import Job
+from jobs.store.tables import Job, JobEvent
 
 router = APIRouter(prefix="/v1", tags=["jobs"], route_class=BoundedJsonRoute)
 
@@ -67,8 +70,11 @@ CONFLICT: dict[int | str, dict[str, Any]] = {
 }
 
 
-def job_public(job: Job, project: str, latest: dict[str, Any] | None = None) -> JobPublic:
-    """The answer for one job (a submit, a read, a control, a list row)."""
+def job_public(
+    job: Job, project: str, latest: dict[str, Any] | None = None, failures: int = 0
+) -> JobPublic:
+    """The answer for one job (a submit, a read, a control, a list row); `failures`: its
+    `failed_attempts`, which a new job has none of."""
     plan = job.plan or {}
     warnings = [
         {"loc": w["loc"], "msg": w["msg"], "fix": w.get("fix", "")}
@@ -85,6 +91,7 @@ def job_public(job: Job, project: str, latest: dict[str, Any] | None = None) -> 
         labels=job.labels or {},
         attempt=job.attempt,
         max_attempts=job.max_attempts,
+        failed_attempts=failures,
         resources=job.resources or {},
         overrides=list((job.spec or {}).get("overrides") or []),
         recipe=job.recipe or {},
@@ -191,10 +198,16 @@ def validate_job(
     )
 
 
+SORT_DOC = (
+    "created_at, name, status or priority; a leading `-` sorts descending. Pass the same "
+    "sort with each page's cursor."
+)
+
+
 @router.get(
     "/jobs",
     response_model=JobsPublic,
-    summary="List jobs, newest first",
+    summary="List jobs, newest first unless sorted",
     responses={**INVALID, **AUTH_ERRORS},
 )
 def list_jobs(
@@ -202,30 +215,54 @@ def list_jobs(
     session: SessionDep,
     status: Annotated[list[JobStatus] | None, Query(description="Repeat to match several.")] = None,
     label: Annotated[list[str] | None, Query(description="`key=value`; repeat to AND.")] = None,
+    q: Annotated[
+        str | None,
+        Query(
+            max_length=200, description="Text the name contains (any case) or the id starts with."
+        ),
+    ] = None,
+    sort: Annotated[str, Query(max_length=20, description=SORT_DOC)] = "-created_at",
     cursor: Annotated[str | None, Query(max_length=500)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> JobsPublic:
-    labels = _parse_labels(label or [])
+    where = store.JobFilter(
+        statuses=[s.value for s in status or []],
+        labels=_parse_labels(label or []),
+        text=_search_text(q),
+    )
+    order = _parse_sort(sort)
     try:
-        jobs, next_cursor = store.list_jobs(
-            session,
-            principal.project_id,
-            statuses=[s.value for s in status or []],
-            labels=labels,
-            cursor=cursor,
-            limit=limit,
+        page = store.list_jobs(
+            session, principal.project_id, where, order=order, cursor=cursor, limit=limit
         )
     except ValueError as exc:
-        raise InvalidRequest(
-            [
-                FieldError(
-                    "cursor", str(exc), "pass a next_cursor value from a previous page, or none"
-                )
-            ]
-        ) from exc
-    latest = metric_reads.latest_train_metrics(session, [j.id for j in jobs])
-    data = [job_public(j, principal.project_name, latest.get(j.id)) for j in jobs]
-    return JobsPublic(data=data, has_more=next_cursor is not None, next_cursor=next_cursor)
+        fix = "pass a next_cursor value from a previous page with the same sort, or none"
+        raise InvalidRequest([FieldError("cursor", str(exc), fix)]) from exc
+    ids = [j.id for j in page.jobs]
+    latest = metric_reads.latest_train_metrics(session, ids)
+    failures = failed_attempts_by_job(session, ids)
+    data = [
+        job_public(j, principal.project_name, latest.get(j.id), failures.get(j.id, 0))
+        for j in page.jobs
+    ]
+    more = page.next_cursor is not None
+    return JobsPublic(data=data, has_more=more, next_cursor=page.next_cursor, count=page.total)
+
+
+def _parse_sort(text: str) -> store.JobOrder:
+    try:
+        return store.JobOrder.parse(text)
+    except ValueError as exc:
+        names = ", ".join(store.SORT_COLUMNS)
+        fix = f"sort by one of {names}; prefix `-` for descending (sort=-created_at)"
+        raise InvalidRequest([FieldError("sort", str(exc), fix)]) from exc
+
+
+def _search_text(q: str | None) -> str:
+    text = (q or "").strip()
+    if unstorable_text(text):
+        raise InvalidRequest([FieldError("q", BAD_TEXT, "search for printable text")])
+    return text
 
 
 def _parse_labels(items: list[str]) -> dict[str, str]:
@@ -251,7 +288,26 @@ def _parse_labels(items: list[str]) -> dict[str, str]:
 def get_job(job_id: str, principal: Reader, session: SessionDep) -> JobPublic:
     job = find_job(session, principal, job_id)
     latest = metric_reads.latest_train_metrics(session, [job.id]).get(job.id)
-    return job_public(job, principal.project_name, latest)
+    return job_public(job, principal.project_name, latest, failed_attempts(session, job.id))
+
+
+@router.get(
+    "/jobs/{job_id}/request",
+    response_model=JobRequestPublic,
+    summary="What a job was submitted with",
+    responses={**NOT_FOUND, **AUTH_ERRORS},
+)
+def get_job_request(job_id: str, principal: Reader, session: SessionDep) -> JobRequestPublic:
+    """The request body as submitted (the recipe's YAML text with its comments, overrides,
+    resources, labels): what the dashboard's "clone and edit" starts from. A job stored
+    before requests were kept answers its resolved recipe."""
+    job = find_job(session, principal, job_id)
+    spec = job.spec or {}
+    fields = set(JobRequestPublic.model_fields) - {"name"}
+    kept = {key: spec[key] for key in fields if spec.get(key) is not None}
+    if "recipe" not in kept and "recipe_yaml" not in kept:
+        kept["recipe"] = job.recipe or {}
+    return JobRequestPublic.model_validate({**kept, "name": job.name})
 
 
 def _control(verb: str, job_id: str, principal: Principal, session: SessionDep) -> Job:
@@ -285,7 +341,8 @@ def _control(verb: str, job_id: str, principal: Principal, session: SessionDep) 
 def cancel_job(job_id: str, principal: Submitter, session: SessionDep) -> JobPublic:
     """Queued or paused jobs end at once; running ones go to `cancelling` until the worker
     has stopped every rank. Cancelling a `cancelling` job is a no-op; a finished one is 409."""
-    return job_public(_control("cancel", job_id, principal, session), principal.project_name)
+    job = _control("cancel", job_id, principal, session)
+    return job_public(job, principal.project_name, failures=failed_attempts(session, job.id))
 
 
 @router.post(
@@ -297,7 +354,8 @@ def cancel_job(job_id: str, principal: Submitter, session: SessionDep) -> JobPub
 def pause_job(job_id: str, principal: Submitter, session: SessionDep) -> JobPublic:
     """A running job saves a checkpoint and stops (`pausing` -> `paused`); a queued one is
     held back (`paused`)."""
-    return job_public(_control("pause", job_id, principal, session), principal.project_name)
+    job = _control("pause", job_id, principal, session)
+    return job_public(job, principal.project_name, failures=failed_attempts(session, job.id))
 
 
 @router.post(
@@ -312,7 +370,7 @@ def resume_job(
     """Queue a paused job again; it continues from its LATEST checkpoint."""
     job = _control("resume", job_id, principal, session)
     dispatch_job(session, job.id, job.queue, settings)
-    return job_public(job, principal.project_name)
+    return job_public(job, principal.project_name, failures=failed_attempts(session, job.id))
 
 
 @router.get(
@@ -335,11 +393,29 @@ def list_job_events(
     start = numeric_cursor(cursor, after) or 0
     events = store.list_events(session, job_id, start, limit + 1)
     has_more, events = len(events) > limit, events[:limit]
-    data = [EventPublic.model_validate(e, from_attributes=True) for e in events]
+    requests = store.stop_request_events(session, job_id)
+    labels = label_events([_facts(e) for e in events], [_facts(e) for e in requests])
+    data = [
+        EventPublic.model_validate(e, from_attributes=True).model_copy(update={"label": label})
+        for e, label in zip(events, labels, strict=True)
+    ]
     last = events[-1].id if events else start or None
     return EventsPublic(
         data=data,
         has_more=has_more,
         next_after=last,
         next_cursor=None if last is None else str(last),
+    )
+
+
+def _facts(event: JobEvent) -> EventFacts:
+    data = event.data or {}
+    rule = data.get("rule") if event.kind == "transition" else None
+    trainer_event = data.get("event") if event.kind != "transition" else None
+    return EventFacts(
+        event.id,
+        event.attempt,
+        event.kind,
+        rule if isinstance(rule, str) else None,
+        trainer_event if isinstance(trainer_event, str) else None,
     )

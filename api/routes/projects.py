@@ -1,9 +1,12 @@
-"""The caller's project: reading it, and the admin's remote-code grant.
+"""The caller's project: reading it, the admin's remote-code grant and retention policy.
 
 `PATCH /v1/projects/{name}` with `{"allow_remote_code": true}` lets the project's recipes
 set `model.trust_remote_code: true` (the model directory's own Python then runs on the
 workers). Only an admin key of that project may change it; every job records in its plan
-whether it ran with remote code. Another project's name is simply not found.
+whether it ran with remote code. `{"checkpoint_retention": {"max_bytes": ...,
+"max_age_days": ...}}` sets the policy for its finished jobs' checkpoints, which the
+scheduler applies (`worker.retention`); `null` removes it. Another project's name is simply
+not found.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from fastapi import APIRouter
 from api.deps import Admin, Reader, SessionDep
 from api.errors import not_found
 from api.limits import BoundedJsonRoute
+from api.retention_schemas import CheckpointRetention
 from api.routes.jobs import AUTH_ERRORS, INVALID, NOT_FOUND
 from api.schemas import ProjectPublic, ProjectUpdate
+from jobs.store import retention
 from jobs.store.api_keys import Principal, set_remote_code
 from jobs.store.tables import Project
 
@@ -31,11 +36,15 @@ def _own_project(name: str, principal: Principal, session: SessionDep) -> Projec
     return project
 
 
-def _public(project: Project) -> ProjectPublic:
+def _public(project: Project, session: SessionDep) -> ProjectPublic:
+    policy = retention.get_policy(session, project.id)
     return ProjectPublic(
         name=project.name,
         allow_remote_code=project.allow_remote_code,
         created_at=project.created_at,
+        checkpoint_retention=None
+        if policy is None
+        else CheckpointRetention(max_bytes=policy.max_bytes, max_age_days=policy.max_age_days),
     )
 
 
@@ -46,22 +55,31 @@ def _public(project: Project) -> ProjectPublic:
     responses={**NOT_FOUND, **AUTH_ERRORS},
 )
 def get_project(name: str, principal: Reader, session: SessionDep) -> ProjectPublic:
-    return _public(_own_project(name, principal, session))
+    return _public(_own_project(name, principal, session), session)
 
 
 @router.patch(
     "/projects/{name}",
     response_model=ProjectPublic,
-    summary="Change the project's settings (admin): the remote-code grant",
+    summary="Change the project's settings (admin): remote-code grant, checkpoint retention",
     responses={**NOT_FOUND, **INVALID, **AUTH_ERRORS},
 )
 def update_project(
     name: str, body: ProjectUpdate, principal: Admin, session: SessionDep
 ) -> ProjectPublic:
     project = _own_project(name, principal, session)
-    set_remote_code(session, project.id, body.allow_remote_code)
+    if body.allow_remote_code is not None:
+        set_remote_code(session, project.id, body.allow_remote_code)
+        log.warning(
+            "project %s: allow_remote_code=%s (key %s)",
+            name,
+            body.allow_remote_code,
+            principal.key_id,
+        )
+    if "checkpoint_retention" in body.model_fields_set:
+        policy = body.checkpoint_retention
+        bounds = (policy.max_bytes, policy.max_age_days) if policy else (None, None)
+        retention.set_policy(session, project.id, *bounds)
+        log.warning("project %s: checkpoint_retention=%s (key %s)", name, policy, principal.key_id)
     session.commit()
-    log.warning(
-        "project %s: allow_remote_code=%s (key %s)", name, body.allow_remote_code, principal.key_id
-    )
-    return _public(project)
+    return _public(project, session)

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.deps import Reader, SessionDep
 from api.errors import InvalidRequest
 from api.pages import CURSOR_DOC, json_page, numeric_cursor
+from api.retention_schemas import CheckpointDeletionPublic
 from api.routes.jobs import AUTH_ERRORS, NOT_FOUND, find_job, own_job_id
 from api.schemas import (
     CheckpointPublic,
@@ -26,7 +27,7 @@ from api.schemas import (
 )
 from api.sse import MAX_EVENT_ID, SSE_HEADERS, Fetch, last_event_id, stream_rows
 from jobs.recipe.errors import FieldError
-from jobs.store import metric_reads
+from jobs.store import metric_reads, retention
 from jobs.store import queries as store
 from jobs.store.tables import Job, JobLog
 
@@ -228,9 +229,20 @@ def get_job_logs(
     responses={**NOT_FOUND, **AUTH_ERRORS},
 )
 def list_job_checkpoints(job_id: str, principal: Reader, session: SessionDep) -> CheckpointsPublic:
-    """Published checkpoints, ascending by step, with the metrics at that step."""
+    """The checkpoints that exist, ascending by step, with the metrics at that step and why
+    retention keeps each; then those retention deleted, with when and why."""
     job = find_job(session, principal, job_id)
-    rows = store.list_checkpoints(session, job.id)
+    rows = retention.existing_checkpoints(session, [job.id])
+    restore = retention.restore_targets(session, job.project_id)
+    reasons = retention.kept_because(job, rows, restore)
+    data = [
+        CheckpointPublic.model_validate(c, from_attributes=True).model_copy(
+            update={"kept_because": reasons[c.step]}
+        )
+        for c in rows
+    ]
+    deleted = retention.list_deletions(session, job.id)
     return CheckpointsPublic(
-        data=[CheckpointPublic.model_validate(c, from_attributes=True) for c in rows]
+        data=data,
+        deleted=[CheckpointDeletionPublic.model_validate(d, from_attributes=True) for d in deleted],
     )

@@ -5,8 +5,9 @@ States and the moves between them are a table of small named rules keyed by
 row (`SELECT ... FOR UPDATE` on PostgreSQL; on SQLite every tuneyard transaction begins
 IMMEDIATE, so writers are already serialised), refuses a move the table does not have
 (`IllegalTransition`) or one made by a stale attempt (`StaleAttempt`), applies the rule's
-side effects, and writes a `job_events` row. Nothing else writes `jobs.status`. It does
-not commit: the caller owns the transaction.
+side effects, and writes a `job_events` row and the webhook deliveries of the project's
+subscribers to `job.<status>` (`jobs.store.webhooks`). Nothing else writes `jobs.status`. It
+does not commit: the caller owns the transaction.
 
     queued     -> starting (a worker claims it: attempt += 1), cancelled, paused, failed
     starting   -> running, failed, cancelling, retrying, queued (lease lost before start)
@@ -35,6 +36,7 @@ from sqlalchemy.orm import Session
 from jobs.store.queries import lock_job
 from jobs.store.status import JobStatus
 from jobs.store.tables import Job, JobEvent, utcnow
+from jobs.store.webhooks import enqueue_job_event
 
 Effect = Callable[[Job, datetime], None]
 
@@ -225,6 +227,7 @@ def transition(
         setattr(job, name, value)
     job.updated_at = now
     session.add(_event(job, current, rule, reason, data, now))
+    enqueue_job_event(session, job, current, reason)  # the outbox, in this transaction
     session.flush()
     return job
 

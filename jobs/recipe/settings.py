@@ -76,6 +76,9 @@ class RecipeSettings(BaseSettings):
     # (`jobs.recipe.model.hub`). The API turns it on unless it is offline; `tuneyard validate`
     # leaves it off (a local check that reads the local cache only).
     hub_fetch: bool = False
+    # `s3://bucket/prefix`: where workers store checkpoints and exports
+    # (`jobs.recipe.paths.stored`); None keeps them on the filesystem only.
+    artifact_store: str | None = None
 
     @property
     def resolved_runs_dir(self) -> Path:

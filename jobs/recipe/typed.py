@@ -23,6 +23,8 @@ from functools import cache
 from typing import Any
 
 from jobs.recipe.load.plain import LEAVES, field_names
+from jobs.recipe.sections.neftune import Neftune
+from jobs.recipe.sections.retention import KeepBest
 from jobs.recipe.sections.trackers import Mlflow, Wandb
 
 FORMAT = 2  # bump when a field changes meaning or is added; from_json refuses other formats
@@ -224,6 +226,7 @@ class Checkpoint:
     model_save_format: str
     save_optimizer: bool
     is_async: bool = False  # added later: older stored recipes load without it
+    keep_best: KeepBest | None = None  # added later, like is_async
 
 
 @dataclass(frozen=True)
@@ -329,6 +332,7 @@ class Recipe:
     # Hub model name -> the commit validation read its config from; the trainer loads that
     # revision (`trainer.hub_models`). Added later, like `recovery`.
     hub_revisions: dict[str, str] = field(default_factory=dict)
+    neftune: Neftune | None = None  # noisy input embeddings; added later, like `recovery`
 
     @property
     def model_source(self) -> str | None:

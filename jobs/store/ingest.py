@@ -3,7 +3,8 @@
 Every function here can be called again with the same input without changing the result,
 which is what lets the worker re-read its files after a restart or a database outage:
 metrics upsert on (job, kind, step), a later attempt's sample replacing an earlier one's
-(a resumed run re-does the steps after its checkpoint); checkpoints upsert on (job, step);
+(a resumed run re-does the steps after its checkpoint); checkpoints upsert on (job, step)
+(and enqueue `checkpoint.published` once per job, attempt and step: `jobs.store.webhooks`);
 trainer events are keyed by their byte offset in `events.jsonl`; log lines by (job,
 attempt, stream, seq). The caller owns the transaction and fences it first
 (`jobs.store.leases.holds_lease`).
@@ -20,6 +21,7 @@ from sqlalchemy.orm import Session
 from jobs.recipe.metrics_sample import FLOAT_FIELDS, INT_FIELDS, METRIC_KINDS
 from jobs.store.engine import copy_rows, is_postgresql
 from jobs.store.tables import Checkpoint, JobEvent, JobLog, Metric
+from jobs.store.webhooks import enqueue_checkpoint_events
 
 TRAINER_EVENT = "trainer"
 METRIC_KEY = ("job_id", "kind", "step")
@@ -175,6 +177,7 @@ def upsert_checkpoints(
         set_={c: stmt.excluded[c] for c in ("attempt", "path", "size_bytes", "metrics")},
     )
     session.connection().execute(stmt, list(rows.values()))
+    enqueue_checkpoint_events(session, job_id, attempt, list(rows.values()))
     return len(rows)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Engine,
+    Select,
     and_,
     bindparam,
     func,
@@ -209,50 +210,132 @@ def job_checkpoint_dir(session: Session, project_id: int, job_id: str) -> str | 
 
 # --- listing with a cursor -----------------------------------------------------------------
 
+# The columns a list may be sorted by; the id breaks ties, so every order is total and a
+# keyset cursor (the last row's sort value and id) pages through it without gaps or repeats.
+SORT_COLUMNS = {
+    "created_at": Job.created_at,
+    "name": Job.name,
+    "status": Job.status,
+    "priority": Job.priority,
+}
 
-def encode_cursor(job: Job) -> str:
-    raw = json.dumps([job.created_at.isoformat(), job.id])
+
+@dataclass(frozen=True)
+class JobOrder:
+    """How a job list is sorted: one of SORT_COLUMNS, then the id, both in one direction."""
+
+    field: str = "created_at"
+    descending: bool = True
+
+    @classmethod
+    def parse(cls, text: str) -> JobOrder:
+        """`name`, `-created_at` (a leading `-` sorts descending); ValueError otherwise."""
+        field = text.removeprefix("-")
+        if field not in SORT_COLUMNS:
+            raise ValueError(f"cannot sort by '{text}'")
+        return cls(field, text.startswith("-"))
+
+
+@dataclass
+class JobPage:
+    """One page of a job list, the cursor of the next (None at the end) and the total."""
+
+    jobs: list[Job]
+    next_cursor: str | None
+    total: int
+
+
+def encode_cursor(job: Job, order: JobOrder = JobOrder()) -> str:
+    value = getattr(job, order.field)
+    value = value.isoformat() if isinstance(value, datetime) else value
+    raw = json.dumps([order.field, order.descending, value, job.id])
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """Raises ValueError on a cursor this server did not hand out."""
+def decode_cursor(cursor: str, order: JobOrder = JobOrder()) -> tuple[Any, str]:
+    """(sort value, id) of the row a page ended on. Raises ValueError on a cursor this
+    server did not hand out, or one handed out for another sort order."""
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        created, job_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        when = datetime.fromisoformat(created)
-        if when.tzinfo is None or not is_job_id(job_id):
+        fields = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        if len(fields) == 2:  # a cursor from before sorting: newest first
+            fields = ["created_at", True, *fields]
+        field, descending, value, job_id = fields
+        value = _cursor_value(field, value)
+        if not is_job_id(job_id):
             raise ValueError(job_id)
-        return when, job_id
     except Exception as exc:  # any decoding problem means the same thing to the caller
         raise ValueError("not a cursor returned by this server") from exc
+    if (field, descending) != (order.field, order.descending):
+        raise ValueError("this cursor belongs to a list in another sort order")
+    return value, job_id
+
+
+def _cursor_value(field: str, value: Any) -> Any:
+    if field == "created_at":
+        when = datetime.fromisoformat(value)
+        if when.tzinfo is None:
+            raise ValueError(value)
+        return when
+    expected = int if field == "priority" else str
+    if field not in SORT_COLUMNS or type(value) is not expected:
+        raise ValueError(value)
+    return value
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which of a project's jobs a list shows: statuses, labels (all must match), and a
+    text that the name contains (any case) or the id starts with."""
+
+    statuses: list[str] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    text: str = ""
+
+    def apply(self, stmt: Select, project_id: int) -> Select:
+        stmt = stmt.where(Job.project_id == project_id)
+        if self.statuses:
+            stmt = stmt.where(Job.status.in_(self.statuses))
+        for key, value in self.labels.items():
+            stmt = stmt.where(Job.labels[key].as_string() == value)
+        if self.text:
+            stmt = stmt.where(
+                or_(
+                    Job.name.icontains(self.text, autoescape=True),
+                    Job.id.startswith(self.text.lower(), autoescape=True),
+                )
+            )
+        return stmt
 
 
 def list_jobs(
     session: Session,
     project_id: int,
+    where: JobFilter = JobFilter(),
     *,
-    statuses: list[str] | None = None,
-    labels: dict[str, str] | None = None,
+    order: JobOrder = JobOrder(),
     cursor: str | None = None,
     limit: int = 50,
-) -> tuple[list[Job], str | None]:
-    """Newest first; returns the page and the cursor of the next page (None at the end)."""
-    stmt = select(Job).where(Job.project_id == project_id)
-    if statuses:
-        stmt = stmt.where(Job.status.in_(statuses))
-    for key, value in (labels or {}).items():
-        stmt = stmt.where(Job.labels[key].as_string() == value)
+) -> JobPage:
+    """One page of the project's jobs matching `where`, in `order`, after `cursor`."""
+    column = SORT_COLUMNS[order.field]
+    stmt = where.apply(select(Job), project_id)
     if cursor:
-        created, job_id = decode_cursor(cursor)
-        stmt = stmt.where(
-            or_(Job.created_at < created, and_(Job.created_at == created, Job.id < job_id))
-        )
-    stmt = stmt.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)
-    jobs = list(session.scalars(stmt))
+        value, job_id = decode_cursor(cursor, order)
+        if order.descending:
+            after = or_(column < value, and_(column == value, Job.id < job_id))
+        else:
+            after = or_(column > value, and_(column == value, Job.id > job_id))
+        stmt = stmt.where(after)
+    if order.descending:
+        stmt = stmt.order_by(column.desc(), Job.id.desc())
+    else:
+        stmt = stmt.order_by(column.asc(), Job.id.asc())
+    jobs = list(session.scalars(stmt.limit(limit + 1)))
     more = len(jobs) > limit
     jobs = jobs[:limit]
-    return jobs, (encode_cursor(jobs[-1]) if more and jobs else None)
+    total = session.scalar(where.apply(select(func.count()).select_from(Job), project_id))
+    return JobPage(jobs, encode_cursor(jobs[-1], order) if more and jobs else None, total or 0)
 
 
 # --- events, logs, checkpoints ---------------------------------------------------------------
@@ -264,6 +347,20 @@ def list_events(session: Session, job_id: str, after: int = 0, limit: int = 500)
         .where(JobEvent.job_id == job_id, JobEvent.id > after)
         .order_by(JobEvent.id)
         .limit(limit)
+    )
+    return list(session.scalars(stmt))
+
+
+def stop_request_events(session: Session, job_id: str) -> list[JobEvent]:
+    """The job's status changes that asked a running attempt to stop (pause or cancel)."""
+    stmt = (
+        select(JobEvent)
+        .where(
+            JobEvent.job_id == job_id,
+            JobEvent.kind == "transition",
+            JobEvent.to_status.in_([JobStatus.PAUSING.value, JobStatus.CANCELLING.value]),
+        )
+        .order_by(JobEvent.id)
     )
     return list(session.scalars(stmt))
 

@@ -47,6 +47,9 @@ class Settings(RecipeSettings):
     # A recipe is a few KB; the largest body (1 MiB) in 60 s needs only 17 KB/s.
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 60.0
+    # Webhook URLs may name loopback, private and link-local addresses
+    # (TUNEYARD_WEBHOOK_ALLOW_PRIVATE); unset: only on the embedded SQLite default.
+    webhook_allow_private: bool | None = None
 
     @property
     def resolved_database_url(self) -> str:

@@ -46,3 +46,19 @@ LIVE_WORKERS = (WorkerStatus.ONLINE, WorkerStatus.BUSY)
 
 def is_terminal(status: str) -> bool:
     return status in TERMINAL
+
+
+class ExportStatus(StrEnum):
+    """An export's lifecycle (`jobs.orchestration.export_states` says which moves are allowed):
+    `queued` until a worker claims it, `running` while its subprocess writes, `cancelling`
+    while a running one is being stopped, and three final statuses."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+EXPORT_TERMINAL = frozenset({ExportStatus.SUCCEEDED, ExportStatus.FAILED, ExportStatus.CANCELLED})

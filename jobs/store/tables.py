@@ -36,10 +36,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from jobs.store.status import JobStatus, WorkerStatus
+from jobs.store.status import ExportStatus, JobStatus, WorkerStatus
 
 JOB_STATUSES = tuple(s.value for s in JobStatus)
 API_KEY_ROLES = ("admin", "submit", "read")
+WEBHOOK_DELIVERY_STATUSES = ("pending", "succeeded", "failed")
 
 # Stable constraint names: Alembic can drop them on both backends (SQLite batch mode too).
 NAMING_CONVENTION = {
@@ -327,3 +328,167 @@ class DatasetRow(Base):
     row_id: Mapped[str | None] = mapped_column(Text, default=None)
     tokens: Mapped[int | None] = mapped_column(Integer, default=None)
     preview: Mapped[str | None] = mapped_column(Text, default=None)
+
+
+class Webhook(Base):
+    """A project's subscription: the URL to POST to, the events it wants, and the secret that
+    signs each delivery (kept as given, since signing needs it; the API never answers it)."""
+
+    __tablename__ = "webhooks"
+    __table_args__ = (Index("ix_webhooks_project_id", "project_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    secret: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """One event for one webhook in the outbox, written in the transaction of the event that
+    caused it; `delivery_id` is the same on every attempt. A `pending` row is due at
+    `next_attempt_at` (the sender pushes it forward while it sends: a lease)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        CheckConstraint(_in("status", WEBHOOK_DELIVERY_STATUSES), name="status"),
+        UniqueConstraint("webhook_id", "dedupe_key", name="uq_webhook_deliveries_dedupe"),
+        Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+        Index("ix_webhook_deliveries_webhook_id", "webhook_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[str] = mapped_column(String(36), unique=True, default=new_job_id)
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    event: Mapped[str] = mapped_column(String(64))
+    # Set for events that may be reported twice (a replayed checkpoint): one delivery each.
+    dedupe_key: Mapped[str | None] = mapped_column(String(200), default=None)
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)  # the body, as sent
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(default=utcnow)
+    last_attempt_at: Mapped[datetime | None] = mapped_column(default=None)
+    last_status_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    last_response: Mapped[str | None] = mapped_column(Text, default=None)
+    last_error: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+EXPORT_STATUSES = tuple(s.value for s in ExportStatus)
+EXPORT_KINDS = ("merged", "adapter", "full")
+EXPORT_DTYPES = ("float32", "bfloat16", "float16")
+
+
+class Export(Base):
+    """One export of a job's checkpoint, run as work of its own by a worker: `merged` (LoRA
+    folded into the base), `adapter` (the PEFT adapter alone) or `full` (a full fine-tune's
+    weights). Leased like a job (attempt as fencing token); `path` is the published
+    directory under the job's run directory once `succeeded`. Only
+    `jobs.orchestration.export_states` writes `status`."""
+
+    __tablename__ = "exports"
+    __table_args__ = (
+        CheckConstraint(_in("status", EXPORT_STATUSES), name="status"),
+        CheckConstraint(_in("kind", EXPORT_KINDS), name="kind"),
+        CheckConstraint(_in("dtype", EXPORT_DTYPES), name="dtype"),
+        Index("ix_exports_job_created", "job_id", "created_at"),
+        Index("ix_exports_status_lease", "status", "lease_expires_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_job_id)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))
+    merge_lora: Mapped[bool] = mapped_column(Boolean, default=True)
+    dtype: Mapped[str] = mapped_column(String(16), default="float32")
+    status: Mapped[str] = mapped_column(String(16), default=ExportStatus.QUEUED.value)
+    queue: Mapped[str] = mapped_column(String(32), default="cpu")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    lease_owner: Mapped[str | None] = mapped_column(String(255), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    path: Mapped[str | None] = mapped_column(Text, default=None)
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+    error_message: Mapped[str | None] = mapped_column(Text, default=None)
+    dispatched_at: Mapped[datetime | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class ExportEvent(Base):
+    """An export's history: every status change, and what its subprocess reported."""
+
+    __tablename__ = "export_events"
+    __table_args__ = (Index("ix_export_events_export_id_id", "export_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    export_id: Mapped[str] = mapped_column(ForeignKey("exports.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    kind: Mapped[str] = mapped_column(String(32))
+    from_status: Mapped[str | None] = mapped_column(String(16), default=None)
+    to_status: Mapped[str | None] = mapped_column(String(16), default=None)
+    message: Mapped[str] = mapped_column(Text, default="")
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CheckpointRetentionPolicy(Base):
+    """A project's retention for its finished jobs' checkpoints (`PATCH /v1/projects/{name}`):
+    at most `max_bytes` in all, none older than `max_age_days` after its job finished;
+    `worker.retention` applies it."""
+
+    __tablename__ = "checkpoint_retention_policies"
+
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    max_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    max_age_days: Mapped[int | None] = mapped_column(Integer, default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CheckpointDeletion(Base):
+    """A checkpoint that was deleted: by the trainer's retention (`keep_last`, `keep_best`)
+    or by the project's policy; one row per job and step, written once."""
+
+    __tablename__ = "checkpoint_deletions"
+    __table_args__ = (UniqueConstraint("job_id", "step", name="uq_checkpoint_deletions_job_step"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(Text)
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    source: Mapped[str] = mapped_column(String(16))  # "trainer" or "policy"
+    reason: Mapped[str] = mapped_column(Text)
+    deleted_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Artifact(Base):
+    """A checkpoint or export held complete in the artifact store (its manifest written):
+    `key` is its `s3://` URL, `sha256` the manifest's digest, `files` the manifest's list of
+    {path, size, sha256}. Written by the worker after the upload; one row per job, kind and
+    name, a re-upload replacing it."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (
+        UniqueConstraint("job_id", "kind", "name", name="uq_artifacts_job_kind_name"),
+        CheckConstraint(_in("kind", ("checkpoint", "export")), name="kind"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(200))
+    step: Mapped[int | None] = mapped_column(Integer, default=None)
+    key: Mapped[str] = mapped_column(Text)
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    sha256: Mapped[str] = mapped_column(String(64))
+    files: Mapped[dict[str, Any]] = mapped_column(default=dict)  # {"files": [...]}
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

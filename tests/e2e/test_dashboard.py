@@ -152,7 +152,9 @@ def test_dashboard_end_to_end(stack, jobs, browser, valid_recipe):
     shot(driver, "03-job-list")
 
     driver.get(f"{base}/compare?ids={jobs['short']},{jobs['long']}")
-    wait_until(lambda: len(driver.find_elements(By.CSS_SELECTOR, "#compare-chart path.series")) >= 2,
+    legend = "#compare-chart .u-legend"  # the chart's live legend names each job's curve
+    wait_until(lambda: css(driver, legend) and all(n in css(driver, legend).text
+                                                   for n in ("short-run", "long-run")),
                20, "two loss curves")  # fmt: skip
     shot(driver, "04-compare")
 
@@ -174,6 +176,8 @@ def test_dashboard_end_to_end(stack, jobs, browser, valid_recipe):
     driver.get(f"{base}/jobs/{jobs['long']}")
     button = wait_until(lambda: css(driver, "#btn-cancel:not([disabled])"), 20, "Cancel")
     button.click()
+    wait_until(lambda: css(driver, "#cancel-dialog[open]"), 5, "the cancel confirmation")
+    css(driver, "#cancel-confirm").click()
     wait_until(lambda: css(driver, "#job-state [data-state=cancelled]"), 90, "cancelled state")
     assert css(driver, "#btn-cancel").get_attribute("disabled") is not None
     shot(driver, "06-job-cancelled")

@@ -110,3 +110,63 @@ def test_dashboard_reads_the_apis_error_shapes(tmp_path):
         "missing": ["job j2 not found", None, "job j2 not found"],
         "text": "HTTP 502: Bad gateway", "empty": "HTTP 500",
     }  # fmt: skip
+
+
+def test_vendored_uplot_is_served_at_the_version_its_readme_names(client):
+    vendor = STATIC_DIR / "vendor" / "uplot"
+    version = re.search(r"uPlot (\d+\.\d+\.\d+)", (vendor / "README.md").read_text()).group(1)
+    script = client.get("/static/vendor/uplot/uPlot.iife.min.js")
+    assert script.status_code == 200
+    assert script.headers["content-type"].startswith(("application/javascript", "text/javascript"))
+    assert f"(v{version})" in script.text.splitlines()[0]
+    assert client.get("/static/vendor/uplot/uPlot.min.css").status_code == 200
+    assert "MIT License" in (vendor / "LICENSE").read_text()
+
+
+PURE_CASES = """
+import { fixValue } from "JS/submit_plan.js";
+import { recipeToYaml, failureOf, memoryRows } from "JS/job_facts.js";
+import { highlightLine } from "JS/editor.js";
+const recipe = { optimizer: { _target_: "torch.optim.AdamW", lr: 1e-7, betas: [0.9, 0.95] },
+  dataset: [{ path: "a b: c" }], flag: "yes", empty: {} };
+const events = [{ data: { event: "started", peak_memory_bytes: [100] } }];
+const plan = { estimate: { memory_per_rank_bytes: { total: 200, params: 1, grads: 1,
+  optimizer: 1, activations: 1, workspace: 1 } } };
+console.log(JSON.stringify({
+  fixes: ["set optimizer.lr: 1.0e-5", "set distributed.tp_size: 1, or resid_pdrop: 0.0",
+          "set peft.exclude_modules: [a, b]", "use strategy: fsdp2"].map(fixValue),
+  yaml: recipeToYaml(recipe),
+  failure: failureOf({ error_code: "nan_loss", error_message: "loss nan (fix: lower lr)" }),
+  running: memoryRows(plan, events)[1][1],
+  finished: memoryRows(plan, [...events, { data: { event: "finished", peak_memory_bytes: [100] } }])[1][1],
+  line: highlightLine("  lr: 1.0e-5  # small"),
+}));
+"""
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="node is not installed")
+def test_dashboard_helpers_fix_values_yaml_and_memory(tmp_path):
+    """The submit page's "apply fix" parsing, the job page's recipe YAML (it reads back as the
+    same recipe), its failure/fix split and its memory comparison (only against the finished
+    peak), and the editor's highlighting, run in node."""
+    import json
+
+    import yaml
+
+    cases = tmp_path / "pure.mjs"
+    cases.write_text(PURE_CASES.replace("JS/", (STATIC_DIR / "js").as_uri() + "/"))
+    result = subprocess.run(["node", "--experimental-default-type=module", str(cases)],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["fixes"] == [{"path": "optimizer.lr", "value": "1.0e-5"},
+                            {"path": "distributed.tp_size", "value": "1"}, None, None]  # fmt: skip
+    assert yaml.safe_load(out["yaml"]) == {
+        "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-7, "betas": [0.9, 0.95]},
+        "dataset": [{"path": "a b: c"}], "flag": "yes", "empty": {},
+    }  # fmt: skip
+    assert out["failure"] == {"code": "nan_loss", "message": "loss nan", "fix": "lower lr"}
+    assert "% off" not in out["running"] and "when the run finishes" in out["running"]
+    assert out["finished"].endswith("estimate 100.0% off")
+    assert out["line"] == ('  <span class="y-key">lr</span>: <span class="y-num">1.0e-5</span> '
+                           '<span class="y-comment"> # small</span>')  # fmt: skip

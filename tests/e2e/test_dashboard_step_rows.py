@@ -92,7 +92,7 @@ def shown_rows(driver) -> list[tuple[int, str]]:
 def click_loss_chart(driver, stack, job_id: str, fraction: float) -> int:
     """Click the loss chart at `fraction` of its width from the centre; check the rows panel
     shows the API's rows of the step it names; return that step."""
-    svg = css(driver, "#chart-loss svg")
+    svg = css(driver, "#chart-loss .u-over")  # uPlot's event layer over the plot
     ActionChains(driver).move_to_element_with_offset(
         svg, int(svg.size["width"] * fraction), 0
     ).click().perform()

@@ -9,7 +9,8 @@ violation, so a new dependency between rooms is a decision made here, not an acc
   `models.registry` table that says what each architecture can do, and, lazily,
   `huggingface_hub` to fetch a hub model's config.json on an online server.
 - `jobs.store` may import `jobs.recipe`; `jobs.orchestration` may import `jobs.store`;
-  `jobs.broker` is the only module that knows Celery, kombu or Redis (lazily).
+  `jobs.broker` is the only module that knows Celery, kombu or Redis (lazily);
+  `jobs.artifacts` (the artifact store) imports boto3 lazily and the contract's key layout.
 - `api` and `worker` import any `jobs` room, never `trainer`, `models` (but the registry)
   or the torch stack: the API image carries no torch, the worker runs the trainer as a
   subprocess.
@@ -63,6 +64,8 @@ ALLOWED: dict[str, Allowed] = {
     "jobs/store": allow({"sqlalchemy", "orjson", "jobs.store", *JOBS_RECIPE}, {"alembic"}),
     "jobs/orchestration": allow({"sqlalchemy", "jobs.orchestration", "jobs.store", *JOBS_RECIPE}),
     "jobs/broker.py": allow({"sqlalchemy", "jobs.store"}, {"celery", "kombu", "redis"}),
+    # the artifact store: the contract's key layout, boto3 only when a store is used
+    "jobs/artifacts": allow({*PYDANTIC, "jobs.artifacts", *JOBS_RECIPE}, {"boto3", "botocore"}),
     "jobs/__init__.py": allow(set()),
     "api": allow(
         {
@@ -77,6 +80,7 @@ ALLOWED: dict[str, Allowed] = {
             "jobs.store",
             "jobs.orchestration",
             "jobs.broker",
+            "jobs.artifacts",  # api.routes.artifacts: presigned download URLs
             "models.registry",
             "orjson",
             "prometheus_client",
@@ -92,11 +96,13 @@ ALLOWED: dict[str, Allowed] = {
             "sqlalchemy",
             "yaml",
             "psutil",
+            "httpx",  # worker.webhook_sender: webhook deliveries
             "worker",
             "jobs.recipe",
             "jobs.store",
             "jobs.orchestration",
             "jobs.broker",
+            "jobs.artifacts",  # worker.artifact_uploads: checkpoints to and from the store
         },
     ),  # fmt: skip
     "trainer": allow(

@@ -2,9 +2,11 @@
 
 A save writes everything under `checkpoints/.staging_step_<N>/` (model or adapter,
 `optim/` as DCP, `trainer_state.json` last), fsyncs, renames it to `step_<N>/`, then
-replaces `LATEST` (write a temp file, fsync, rename) and prunes beyond `keep_last`, never
-the one LATEST names. A directory without `trainer_state.json` or still under a staging
-name is never resumed from; stale staging dirs are removed at start.
+replaces `LATEST` (write a temp file, fsync, rename) and deletes what retention keeps no more
+(`trainer.checkpoint.retention`: beyond `keep_last` and `keep_best`), never the one LATEST
+names; `trainer_state.json` records the step's metrics, which `keep_best` ranks by. A
+directory without `trainer_state.json` or still under a staging name is never resumed
+from; stale staging dirs are removed at start.
 
 With `checkpoint.is_async` a save only snapshots on the step loop's time (the optimizer
 state through `dcp.async_save`, whose stager copies it to CPU memory, and the gathered
@@ -40,6 +42,8 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.optim import Optimizer
 
 from jobs.recipe.paths.scope import LATEST_CAP, STEP_DIR
+from jobs.recipe.sections.retention import KeepBest
+from trainer.checkpoint.retention import Deletion, apply_retention
 from trainer.distributed import barrier
 from trainer.errors import checkpoint_error
 
@@ -56,6 +60,7 @@ class PublishedSave:
     path: Path
     size_bytes: int
     metrics: dict[str, Any] = field(default_factory=dict)
+    deleted: tuple[Deletion, ...] = ()  # what retention removed once this one was published
 
 
 def _fsync_tree(root: Path) -> None:
@@ -97,10 +102,12 @@ class CheckpointManager:
         save_optimizer: bool = True,
         is_async: bool = False,
         process_group: Any = None,
+        keep_best: KeepBest | None = None,
     ):
         self.root = root or run_dir / "checkpoints"
         self.is_rank0 = is_rank0
         self.keep_last = keep_last
+        self.keep_best = keep_best
         self.save_optimizer = save_optimizer
         self.is_async = is_async
         distributed = dist.is_initialized() and dist.get_world_size() > 1
@@ -111,6 +118,7 @@ class CheckpointManager:
         self._executor: ThreadPoolExecutor | None = None
         self._pending: Future[PublishedSave | None] | None = None
         self._unreported: list[PublishedSave] = []
+        self._deleted: list[Deletion] = []  # a synchronous publish's, until taken
 
     def remove_stale_staging(self) -> None:
         if self.is_rank0 and self.root.is_dir():
@@ -167,18 +175,25 @@ class CheckpointManager:
         staging, final = self.staging_dir(step), self.final_dir(step)
         barrier()  # every rank has written its optimizer shard
         if self.is_rank0:
-            self._publish_files(staging, final, trainer_state)
+            self._deleted += self._publish_files(staging, final, trainer_state)
         barrier()
         return final
 
-    def _publish_files(self, staging: Path, final: Path, trainer_state: dict[str, Any]) -> None:
+    def take_deletions(self) -> tuple[Deletion, ...]:
+        """What the synchronous publishes since the last call deleted (rank 0)."""
+        deleted, self._deleted = tuple(self._deleted), []
+        return deleted
+
+    def _publish_files(
+        self, staging: Path, final: Path, trainer_state: dict[str, Any]
+    ) -> list[Deletion]:
         (staging / STATE_FILE).write_text(json.dumps(trainer_state, indent=1))
         _fsync_tree(staging)
         if final.exists():
             shutil.rmtree(final)
         os.replace(staging, final)
         self._point_latest(final.name)
-        self._prune(final.name)
+        return self._prune(_step_of(final))
 
     def publish_async(
         self,
@@ -216,12 +231,11 @@ class CheckpointManager:
         if delay > 0:  # test pacing: hold the save in flight
             time.sleep(delay)
         self._group_barrier()  # every rank's shards are on disk
-        if self.is_rank0:
-            self._publish_files(staging, final, trainer_state)
+        deleted = self._publish_files(staging, final, trainer_state) if self.is_rank0 else []
         self._group_barrier()
         if not self.is_rank0:
             return None
-        return PublishedSave(step, final, dir_size(final), metrics)
+        return PublishedSave(step, final, dir_size(final), metrics, tuple(deleted))
 
     def _group_barrier(self) -> None:
         if dist.is_initialized() and dist.get_world_size(self.process_group) > 1:
@@ -270,13 +284,14 @@ class CheckpointManager:
         finally:
             os.close(fd)
 
-    def _prune(self, latest_name: str) -> None:
-        if not self.keep_last or self.keep_last < 1:
-            return
-        done = sorted((p for p in self.root.glob("step_*") if is_complete(p)), key=_step_of)
-        for old in done[: max(0, len(done) - self.keep_last)]:
-            if old.name != latest_name:
-                shutil.rmtree(old, ignore_errors=True)
+    def _prune(self, latest: int) -> list[Deletion]:
+        """Apply retention to the complete checkpoints on disk; `latest` is never deleted."""
+        if not self.keep_last and self.keep_best is None:
+            return []
+        done = {_step_of(p): p for p in self.root.glob("step_*") if is_complete(p)}
+        done.pop(-1, None)
+        metrics = {step: recorded_metrics(path) for step, path in done.items()}
+        return apply_retention(done, metrics, latest, self.keep_last, self.keep_best)
 
 
 def _step_of(path: Path) -> int:
@@ -292,6 +307,17 @@ def is_complete(directory: Path) -> bool:
         and not directory.name.startswith(STAGING_PREFIX)
         and (directory / STATE_FILE).is_file()
     )
+
+
+def recorded_metrics(directory: Path) -> dict[str, Any] | None:
+    """The metrics a checkpoint's `trainer_state.json` recorded at its step (None: none,
+    or unreadable: such a checkpoint is never ranked, so never kept as a best one)."""
+    try:
+        state = json.loads((directory / STATE_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    metrics = state.get("metrics") if isinstance(state, dict) else None
+    return metrics if isinstance(metrics, dict) else None
 
 
 def read_trainer_state(directory: Path) -> dict[str, Any]:

@@ -14,10 +14,16 @@ end-of-turn marker) is target; the whole conversation is tokenized once and each
 target when its characters lie in a target span, so the ids are exactly those the template
 gives. A template whose earlier turns render differently once later turns exist cannot be
 split this way; such a row is a data error that says to use `{% generation %}` markers.
+
+With `mask_reasoning_content`, an assistant turn's `reasoning_content` (which templates
+such as Qwen3's render as a thinking block) is context, not target: the conversation is
+rendered again with that turn's reasoning cleared, and the characters where the two
+renderings differ leave the loss, as AutoModel finds them.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -131,12 +137,79 @@ def _masked_by_generation(tokenizer: Any, messages: list[dict[str, Any]], tools:
     }
 
 
-def render_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, where: str) -> Sample:
-    """Token ids of the rendered conversation and a mask that is 1 on assistant tokens."""
+def _reasoning_spans(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: Any, full: str
+) -> list[tuple[int, int]]:
+    """The character spans of `full` that the assistant turns' `reasoning_content` renders
+    to: the conversation rendered with one turn's reasoning cleared differs from `full`
+    exactly there (nowhere, for a template that does not render reasoning)."""
+    spans = []
+    for index, message in enumerate(messages):
+        if message["role"] != "assistant" or not message.get("reasoning_content"):
+            continue
+        cleared = [*messages[:index], {**message, "reasoning_content": ""}, *messages[index + 1 :]]
+        other = _render(tokenizer, cleared, tools, False)
+        start = len(os.path.commonprefix([full, other]))
+        tail = len(os.path.commonprefix([full[start:][::-1], other[start:][::-1]]))
+        if len(full) - tail > start:
+            spans.append((start, len(full) - tail))
+    return spans
+
+
+def _without(spans: list[tuple[int, int]], holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`spans` with the characters of `holes` taken out."""
+    out = []
+    for lo, hi in spans:
+        cursor = lo
+        for hole_lo, hole_hi in sorted(holes):
+            if hole_hi <= cursor or hole_lo >= hi:
+                continue
+            if hole_lo > cursor:
+                out.append((cursor, hole_lo))
+            cursor = max(cursor, hole_hi)
+        if cursor < hi:
+            out.append((cursor, hi))
+    return out
+
+
+def _unmask_reasoning(
+    tokenizer: Any, sample: Sample, text: str, holes: list[tuple[int, int]], where: str
+) -> Sample:
+    """A `{% generation %}` template's mask with the reasoning tokens taken out, through the
+    fast tokenizer's offsets of the same rendered text."""
+    fast = getattr(tokenizer, "is_fast", False)
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=fast)
+    if not fast or encoded["input_ids"] != sample["input_ids"]:
+        raise data_error(
+            f"{where}: mask_reasoning_content needs a fast tokenizer whose ids of the rendered "
+            "text are the template's; set mask_reasoning_content: false or use a fast tokenizer"
+        )
+    in_hole = [any(lo <= start < hi for lo, hi in holes) for start, _ in encoded["offset_mapping"]]
+    mask = [0 if hole else m for m, hole in zip(sample["loss_mask"], in_hole, strict=True)]
+    return {"input_ids": sample["input_ids"], "loss_mask": mask}
+
+
+def render_chat(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: Any,
+    where: str,
+    mask_reasoning: bool = False,
+) -> Sample:
+    """Token ids of the rendered conversation and a mask that is 1 on assistant tokens (but
+    on those of the turns' `reasoning_content` with `mask_reasoning`)."""
+    holes: list[tuple[int, int]] = []
     try:
         if _GENERATION.search(tokenizer.chat_template or ""):
-            return _masked_by_generation(tokenizer, messages, tools)
+            sample = _masked_by_generation(tokenizer, messages, tools)
+            if not mask_reasoning:
+                return sample
+            text = _render(tokenizer, messages, tools, False)
+            holes = _reasoning_spans(tokenizer, messages, tools, text)
+            return _unmask_reasoning(tokenizer, sample, text, holes, where) if holes else sample
         text, spans = _assistant_spans(tokenizer, messages, tools, where)
+        if mask_reasoning:
+            spans = _without(spans, _reasoning_spans(tokenizer, messages, tools, text))
     except TrainerError:
         raise
     except Exception as exc:  # jinja2 raises its own kinds (raise_exception, undefined names)
@@ -179,6 +252,7 @@ class ChatDataset(TokenizedDataset):
         start_of_turn_token: str | None = None,  # turns are found from the template itself
         chat_template: str | None = None,
         shuffle_seed: int | None = None,
+        mask_reasoning_content: bool = False,
     ):
         if tokenizer is None:
             raise data_error("dataset: ChatDataset needs the trainer's tokenizer")
@@ -190,15 +264,21 @@ class ChatDataset(TokenizedDataset):
             messages = normalize_messages(data.get("messages"), where)
             tools = data.get("tools")
             tools = _without_nulls(tools) if isinstance(tools, list) and tools else None
-            return fit(render_chat(tokenizer, messages, tools, where), seq_length, truncation)
+            sample = render_chat(tokenizer, messages, tools, where, mask_reasoning_content)
+            return fit(sample, seq_length, truncation)
 
         cut = seq_length if truncates(truncation) else None
+        # the cache key: a masked rendering is another dataset (kept out when off, so the
+        # rows cached before this option existed are still found)
+        options = {"seq_length": cut} | (
+            {"mask_reasoning_content": True} if mask_reasoning_content else {}
+        )
         rows = tokenized(
             "ChatDataset",
             source,
             Selection(split_spec, shuffle_seed),
             row,
             tokenizer,
-            {"seq_length": cut},
+            options,
         )
         super().__init__(rows, source.label)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from trainer.data.chat import render_chat, require_chat_template
 from trainer.data.hub import is_hub_dataset, load_hub_rows
 from trainer.errors import data_error
 
@@ -88,7 +89,10 @@ class _ListDataset(Dataset):
 
 
 class SquadDataset(_ListDataset):
-    """SQuAD v1 JSON (`data[].paragraphs[].qas[]`) or JSONL of {context, question, answers}."""
+    """SQuAD v1 JSON (`data[].paragraphs[].qas[]`) or JSONL of {context, question, answers}.
+
+    Plain `Context: ... Question: ... Answer:` prompts; with `chat_template` (the text) a
+    user turn and the answer as the assistant's turn, rendered with that template."""
 
     def __init__(
         self,
@@ -102,7 +106,10 @@ class SquadDataset(_ListDataset):
         truncation: bool | str = False,  # samples are cut to max_seq_length whenever it is set
         fp8: bool = False,  # AutoModel pads to multiples of 16 for fp8; fp8 is refused here
         start_of_turn_token: str | None = None,  # the answer's first token is known exactly
+        chat_template: str | None = None,
     ):
+        if chat_template is not None:
+            require_chat_template(tokenizer, chat_template, "dataset")
         if is_hub_dataset(path_or_dataset):
             source = f"{path_or_dataset}[{split}]"
             rows = load_hub_rows(path_or_dataset, split, limit_dataset_samples)
@@ -110,7 +117,13 @@ class SquadDataset(_ListDataset):
             file = self._find_file(Path(path_or_dataset).expanduser(), split)
             source, rows = str(file), self._read_examples(file)
         examples = _limit(self._checked(rows, source), limit_dataset_samples)
-        self.samples = [self._tokenize(tokenizer, ex, max_seq_length) for ex in examples]
+        if chat_template is None:
+            self.samples = [self._tokenize(tokenizer, ex, max_seq_length) for ex in examples]
+        else:
+            self.samples = [
+                _squad_chat(tokenizer, ex, max_seq_length, f"{source}: example {number}")
+                for number, ex in enumerate(examples, start=1)
+            ]
 
     @staticmethod
     def _find_file(path: Path, split: str) -> Path:
@@ -153,6 +166,24 @@ class SquadDataset(_ListDataset):
         return join_prompt_and_target(
             prompt_ids, _encode(tokenizer, " " + answer) + _eos(tokenizer), max_len
         )
+
+
+def _squad_chat(tokenizer: Any, ex: dict[str, Any], max_len: int | None, where: str) -> Sample:
+    """An example as a user turn (context and question) and the assistant's answer, rendered
+    with the chat template; the loss on what the answer turn adds. Too long: prompt tokens
+    are dropped from the left, as for plain examples, so the answer survives."""
+    user = f"Context: {ex.get('context') or ''} Question: {ex['question']} Answer: "
+    messages = [
+        {"role": "user", "content": user},
+        {"role": "assistant", "content": _answer_texts(ex["answers"])[0].strip()},
+    ]
+    sample = render_chat(tokenizer, messages, None, where)
+    ids, mask = sample["input_ids"], sample["loss_mask"]
+    start = mask.index(1) if 1 in mask else len(mask)
+    if max_len is not None and len(ids) > max_len:
+        drop = min(start, len(ids) - max_len)
+        ids, mask = ids[drop:][:max_len], mask[drop:][:max_len]
+    return {"input_ids": ids, "loss_mask": mask}
 
 
 def _answer_texts(answers: Any) -> list[str]:

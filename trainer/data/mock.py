@@ -1,4 +1,4 @@
-"""`MockIterableDataset`: random tokens for benchmarks, reproducible per sample index.
+"""`MockIterableDataset` and `MockSentenceDataset`: random tokens, reproducible per sample index.
 
 AutoModel's mock benchmark dataset is an iterable that draws every sequence from one
 seeded stream. Here sample `i` is drawn from a generator keyed by `(seed, i)`, which makes
@@ -44,3 +44,39 @@ class MockIterableDataset(Dataset):
         generator = np.random.Generator(np.random.PCG64([self.seed & (2**63 - 1), index]))
         ids = self.allowed[generator.integers(0, self.allowed.size, self.seq_length)]
         return {"input_ids": ids.tolist(), "loss_mask": [1] * self.seq_length}
+
+
+class MockSentenceDataset(Dataset):
+    """AutoModel's `build_unpacked_dataset`: `num_sentences` rows of variable length, each
+    `max(1, min(max_sentence_len, int(N(mean_len, std_len))))` ids drawn uniformly from
+    2 .. vocab_size - 1, then the end-of-sentence id 1 (0 is AutoModel's pad id, never drawn);
+    the loss on every token. Row `i` is drawn from a generator keyed by `(seed, i)`, as
+    above, so a resumed job reads the same rows (AutoModel draws one seeded stream: the same
+    distribution, not the same ids)."""
+
+    EOS = 1
+
+    def __init__(
+        self,
+        num_sentences: int = 10,
+        mean_len: float = 20.0,
+        std_len: float = 6.0,
+        vocab_size: int = 100,
+        max_sentence_len: int = 64,
+        seed: int = 0,
+    ):
+        if vocab_size < 3:
+            raise ValueError("vocab_size must be at least 3 (0 is pad, 1 end-of-sentence)")
+        self.num_sentences, self.mean_len, self.std_len = num_sentences, mean_len, std_len
+        self.vocab_size, self.max_len, self.seed = vocab_size, max_sentence_len, seed
+
+    def __len__(self) -> int:
+        return self.num_sentences
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        if not 0 <= index < self.num_sentences:
+            raise IndexError(f"sentence {index} of a {self.num_sentences}-sentence mock dataset")
+        generator = np.random.Generator(np.random.PCG64([self.seed & (2**63 - 1), index]))
+        length = max(1, min(self.max_len, int(generator.normal(self.mean_len, self.std_len))))
+        ids = generator.integers(2, self.vocab_size, length).tolist() + [self.EOS]
+        return {"input_ids": ids, "loss_mask": [1] * len(ids)}

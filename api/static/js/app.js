@@ -6,14 +6,15 @@ import { renderJobs } from "./jobs.js";
 import { renderJob } from "./job.js";
 import { renderCompare } from "./compare.js";
 import { renderSubmit } from "./submit.js";
-import { flash } from "./util.js";
+import { flash, setTitle } from "./util.js";
 
+// (path, page, nav item, tab title); a page may name itself more precisely (a job's name).
 const routes = [
-  [/^\/login$/, renderLogin, null],
-  [/^\/$/, renderJobs, "jobs"],
-  [/^\/jobs\/([^/]+)$/, renderJob, "jobs"],
-  [/^\/compare$/, renderCompare, "compare"],
-  [/^\/submit$/, renderSubmit, "submit"],
+  [/^\/login$/, renderLogin, null, "Log in"],
+  [/^\/$/, renderJobs, "jobs", "Jobs"],
+  [/^\/jobs\/([^/]+)$/, renderJob, "jobs", "Job"],
+  [/^\/compare$/, renderCompare, "compare", "Compare"],
+  [/^\/submit$/, renderSubmit, "submit", "Submit a job"],
 ];
 
 let unmount = null;
@@ -31,9 +32,11 @@ function route() {
   document.getElementById("logout").hidden = !apiKey.get();
   if (!match) {
     view.innerHTML = `<div class="panel"><h1>Not found</h1><p><a href="/" data-link>Back to jobs</a></p></div>`;
+    setTitle("Not found");
     return;
   }
-  const [re, render, nav] = match;
+  const [re, render, nav, title] = match;
+  setTitle(title);
   document.querySelectorAll("[data-nav]").forEach((a) => a.classList.toggle("active", a.dataset.nav === nav));
   if (render !== renderLogin && !apiKey.get() && !window.TUNEYARD_NO_AUTH) {
     toLogin();

@@ -1,19 +1,28 @@
-// Job page (/jobs/{id}): state, live charts fed by the metrics cursor, events drawn on the
-// loss chart (each resume with its verdict), the dataset rows of a clicked loss point,
-// checkpoints, log tail, and cancel / pause / resume.
+// Job page (/jobs/{id}): state and the run's facts (job_facts.js), live charts fed by the
+// metrics cursor, events drawn on the loss chart by what happened (pause, resume, cancel,
+// preempt, retry; each resume with its verdict), the dataset rows of a clicked loss point,
+// checkpoints, the log (job_log.js), cancel (after a confirmation) / pause / resume, and
+// "clone and edit" into the submit page.
 
 import { api, ApiError, itemsOf } from "./api.js";
 import { formatNumber, LineChart } from "./chart.js";
-import { bytes, clock, esc, every, flash, stateBadge } from "./util.js";
+import { stepClock } from "./chart_data.js";
+import {
+  attemptRows, failureOf, hyperparameters, kvHtml, memoryRows, progressRows, recipeHtml,
+} from "./job_facts.js";
+import { logPanel, logPanelHtml } from "./job_log.js";
+import { bytes, clock, esc, every, flash, setTitle, stateBadge } from "./util.js";
 
 const MAX_POINTS = 800; // history is fetched downsampled to this; live points are appended
 const CHARTS = [
   ["loss", "Loss (train and validation)"], ["lr", "Learning rate"], ["grad_norm", "Gradient norm"],
   ["tps", "Tokens / s"], ["mfu", "MFU"],
 ];
+// Marker colour and short text per event label (the events API names what happened).
 const MARKER_STYLE = {
-  checkpoint: ["#1f9d55", "ckpt"], resumed: ["#9b51e0", "resume"], retrying: ["#c98a0b", "retry"],
-  preempted: ["#c98a0b", "preempt"], failed: ["#d64545", "failed"], paused: ["#7d8597", "pause"],
+  checkpoint: ["#1f9d55", "ckpt"], resume: ["#9b51e0", "resume"], retry: ["#c98a0b", "retry"],
+  preempt: ["#c98a0b", "preempt"], fail: ["#d64545", "failed"], pause: ["#7d8597", "pause"],
+  cancel: ["#4a4a4a", "cancel"],
   verified: ["#1f9d55", "resume ✓"], mismatch: ["#d64545", "resume ✗"], rollback: ["#d64545", "rollback"],
 };
 const VERDICT_EVENTS = { resume_verified: "verified", resume_mismatch: "mismatch", rollback: "rollback" };
@@ -24,7 +33,7 @@ export function renderJob(view, jobId) {
   const charts = Object.fromEntries(CHARTS.map(([key]) => [key,
     new LineChart(view.querySelector(`#chart-${key}`), { emptyText: "Waiting for metrics…", onPick: onPick(key) })]));
   const state = { job: null, train: [], val: [], trainCursor: null, valCursor: null,
-    events: [], checkpoints: [], logCursor: null, logLines: [] };
+    events: [], checkpoints: [] };
 
   const pollMetrics = async () => {
     const grew = (await pull(jobId, "train", state)) | (await pull(jobId, "val", state));
@@ -32,7 +41,7 @@ export function renderJob(view, jobId) {
   };
   const pollJob = async () => {
     state.job = await api(`/v1/jobs/${jobId}`);
-    drawHeader(view, state.job);
+    drawHeader(view, state.job, state.train);
     const [events, checkpoints] = await Promise.all([
       api(`/v1/jobs/${jobId}/events`).then(itemsOf).catch(() => state.events),
       api(`/v1/jobs/${jobId}/checkpoints`).then(itemsOf).catch(() => state.checkpoints),
@@ -40,26 +49,18 @@ export function renderJob(view, jobId) {
     state.events = events;
     state.checkpoints = checkpoints;
     drawEvents(view, events);
-    drawMemory(view, state.job.plan, events);
+    view.querySelector("#job-memory").innerHTML = kvHtml(memoryRows(state.job.plan, events), "data-memory");
     drawCheckpoints(view, checkpoints);
     drawCharts(charts, state);
   };
-  const pollLogs = async () => {
-    const query = state.logCursor === null ? {} : { cursor: state.logCursor };
-    const body = await api(`/v1/jobs/${jobId}/logs`, { query });
-    const lines = itemsOf(body);
-    if (!lines.length) return;
-    state.logCursor = body.next_cursor ?? state.logCursor;
-    state.logLines = state.logLines.concat(lines.map((line) => line.text)).slice(-400);
-    const pre = view.querySelector("#log");
-    const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
-    pre.textContent = state.logLines.join("\n");
-    if (atBottom) pre.scrollTop = pre.scrollHeight;
-  };
+  const pollLogs = logPanel(view, jobId);
 
-  view.querySelector("#actions").addEventListener("click", (event) => {
+  view.querySelector("#actions").addEventListener("click", async (event) => {
     const verb = event.target.dataset.action;
-    if (verb) act(jobId, verb, view).then(pollJob);
+    if (!verb) return;
+    if (verb === "clone") { cloneJob(jobId); return; }
+    if (verb === "cancel" && !(await confirmCancel(view, state.job))) return;
+    act(jobId, verb, view).then(pollJob);
   });
   const stops = [
     every(2000, async () => {
@@ -75,19 +76,30 @@ export function renderJob(view, jobId) {
 
 function skeleton(jobId) {
   const charts = CHARTS.map(([key, title]) => `
-    <div class="panel ${key === "loss" ? "wide" : ""}"><h2>${title}</h2><div id="chart-${key}" data-metric="${key}"></div></div>`).join("");
+    <div class="panel ${key === "loss" ? "wide" : ""}" id="panel-${key}"><h2>${title}</h2><div id="chart-${key}" data-metric="${key}"></div></div>`).join("");
   return `
     <div class="panel">
       <div class="row"><div><h1 id="job-name">${esc(jobId)}</h1>
         <div class="muted mono">${esc(jobId)}</div></div>
         <span id="job-state"></span><span class="spacer"></span>
         <div id="actions" class="row">
+          <button data-action="clone" id="btn-clone" title="Open the submit page with this job's recipe">Clone and edit</button>
           <button data-action="pause" id="btn-pause">Pause</button>
           <button data-action="resume" id="btn-resume">Resume</button>
           <button data-action="cancel" id="btn-cancel" class="danger">Cancel</button>
         </div></div>
-      <dl class="kv" id="job-details"></dl>
+      <div class="failure" id="job-failure" hidden></div>
+      <div class="facts">
+        <dl class="kv" id="job-progress"></dl>
+        <dl class="kv" id="job-details"></dl>
+      </div>
       <dl class="kv" id="job-memory"></dl>
+    </div>
+    <div class="facts">
+      <div class="panel"><h2>Hyperparameters</h2><dl class="kv" id="job-hyper"></dl></div>
+      <div class="panel"><details id="recipe-panel"><summary><h2>Resolved recipe</h2>
+        <span class="muted" id="override-count"></span></summary>
+        <pre class="recipe" id="job-recipe"></pre></details></div>
     </div>
     <div class="grid">${charts}
       <div class="panel"><h2>Events</h2><ul class="timeline" id="events"></ul></div>
@@ -99,7 +111,14 @@ function skeleton(jobId) {
     <div class="panel"><h2>Checkpoints</h2>
       <table id="checkpoints"><thead><tr><th>Step</th><th>Path</th><th>Size</th><th>Loss</th><th>Saved</th></tr></thead>
       <tbody></tbody></table></div>
-    <div class="panel"><h2>Log</h2><pre class="log" id="log">No log lines yet.</pre></div>`;
+    ${logPanelHtml()}
+    <dialog id="cancel-dialog" aria-labelledby="cancel-title">
+      <form method="dialog"><h2 id="cancel-title">Cancel this job?</h2>
+        <p id="cancel-text"></p>
+        <div class="row"><span class="spacer"></span>
+          <button value="keep" id="cancel-keep" autofocus>Keep it running</button>
+          <button value="cancel" id="cancel-confirm" class="danger">Cancel job</button></div>
+      </form></dialog>`;
 }
 
 // Fetch new records of one kind after the cursor; re-fetch downsampled when too many pile up.
@@ -121,41 +140,40 @@ function series(records, field, label, extra = {}) {
     points: records.filter((r) => r[field] !== null && r[field] !== undefined).map((r) => ({ x: r.step, y: r[field] })) };
 }
 
-// A debiased exponential moving average (as TensorBoard draws it): a noisy loss still shows
-// its trend, without the plain EMA's lag behind the first steps.
-function smoothed(raw, label, weight = 0.9) {
-  let avg = 0;
-  const points = raw.points.map((p, i) => {
-    avg = weight * avg + (1 - weight) * p.y;
-    return { x: p.x, y: avg / (1 - weight ** (i + 1)) };
-  });
-  return { label, points, color: raw.color };
-}
-
 function drawCharts(charts, state) {
   const markers = eventMarkers(state);
-  const loss = series(state.train, "loss", "train loss (raw)", { color: "#2f6fde", faint: true });
-  charts.loss.update([loss, smoothed(loss, "train loss (smoothed)"),
-    series(state.val, "val_loss", "val loss", { color: "#e07b39", dots: true })], markers);
-  charts.lr.update([series(state.train, "lr", "lr")], markers.filter((m) => m.kind !== "checkpoint"));
-  charts.grad_norm.update([series(state.train, "grad_norm", "grad norm")]);
-  charts.tps.update([series(state.train, "tps", "tokens/s")]);
-  charts.mfu.update([series(state.train, "mfu", "mfu")]);
+  const clock = { clock: stepClock(state.train) }; // x by tokens seen or wall time
+  charts.loss.update([series(state.train, "loss", "train loss", { color: "#2f6fde", smooth: true }),
+    series(state.val, "val_loss", "val loss", { color: "#e07b39", dots: true, dashed: true })], markers, clock);
+  charts.lr.update([series(state.train, "lr", "lr")], markers.filter((m) => m.kind !== "checkpoint"), clock);
+  charts.grad_norm.update([series(state.train, "grad_norm", "grad norm", { smooth: true })], [], clock);
+  charts.tps.update([series(state.train, "tps", "tokens/s", { smooth: true })], [], clock);
+  charts.mfu.update([series(state.train, "mfu", "mfu", { smooth: true })], [], clock);
 }
 
-// Markers for the loss chart: checkpoints at their step; state events at the step reached then.
+// Markers for the loss chart: checkpoints at their step; each thing that happened (pause,
+// resume, cancel, preempt, retry, failure) once per attempt, at the step reached then.
 function eventMarkers(state) {
   const markers = state.checkpoints.map((c) => ({ x: c.step, kind: "checkpoint", label: `checkpoint ${c.path || ""}` }));
+  const seen = new Map();
   for (const e of state.events) {
     const kind = markerKind(e);
-    if (!kind || kind === "checkpoint") continue;
-    const step = e.step ?? e.data?.step ?? stepAt(state.train, e.created_at ?? e.timestamp);
-    if (step !== null && step !== undefined) markers.push({ x: step, kind, label: e.message || kind });
+    if (!kind) continue;
+    const explicit = e.data?.step ?? null;
+    const step = explicit ?? stepAt(state.train, e.created_at);
+    if (step === null || step === undefined) continue;
+    const key = `${kind}:${e.attempt}`;
+    const earlier = seen.get(key);
+    // One marker per thing per attempt: a pause is asked, stops the trainer, is recorded.
+    if (earlier && (earlier.explicit || explicit === null)) continue;
+    const marker = { x: step, kind, label: `${kind}: ${e.message || ""}`.trim(), explicit: explicit !== null };
+    if (earlier) markers[markers.indexOf(earlier)] = marker; else markers.push(marker);
+    seen.set(key, marker);
   }
   // A resume with its verdict is drawn once, as the verdict.
   const judged = new Set(markers.filter((m) => m.kind === "verified" || m.kind === "mismatch").map((m) => m.x));
-  return markers.filter((m) => !(m.kind === "resumed" && judged.has(m.x)))
-    .map((m) => ({ ...m, color: MARKER_STYLE[m.kind][0], short: MARKER_STYLE[m.kind][1] }));
+  return markers.filter((m) => !(m.kind === "resume" && judged.has(m.x)))
+    .map(({ explicit, ...m }) => ({ ...m, color: MARKER_STYLE[m.kind][0], short: MARKER_STYLE[m.kind][1] }));
 }
 
 // The dataset rows the sampler gave one step (after a resume: the rows the resumed run used).
@@ -181,15 +199,9 @@ async function showStepRows(view, jobId, step) {
 }
 
 function markerKind(e) {
-  const kind = e.data?.event || e.kind || e.event || "";
-  if (VERDICT_EVENTS[kind]) return VERDICT_EVENTS[kind];
-  if (kind.includes("checkpoint")) return "checkpoint";
-  if (kind === "resumed") return "resumed";
-  if (kind === "preempted") return "preempted";
-  if (e.to_status === "retrying" || kind === "retrying") return "retrying";
-  if (e.to_status === "failed" || kind === "failed") return "failed";
-  if (e.to_status === "paused") return "paused";
-  return null;
+  const label = e.label;
+  if (label === "resume_check") return VERDICT_EVENTS[e.data?.event] || null;
+  return label && MARKER_STYLE[label] && label !== "checkpoint" ? label : null;
 }
 
 function stepAt(train, when) {
@@ -200,43 +212,60 @@ function stepAt(train, when) {
   return step;
 }
 
-function drawHeader(view, job) {
+function drawHeader(view, job, train) {
   view.querySelector("#job-name").textContent = job.name || job.id;
-  view.querySelector("#job-state").innerHTML = stateBadge(job.status);
+  setTitle(`${job.name || job.id.slice(0, 8)} (${job.status})`);
+  const badge = view.querySelector("#job-state");
+  if (badge.dataset.status !== job.status) { badge.dataset.status = job.status; badge.innerHTML = stateBadge(job.status); }
   const allowed = job.actions || []; // the server decides what may be asked now
   for (const verb of ["cancel", "pause", "resume"]) view.querySelector(`#btn-${verb}`).disabled = !allowed.includes(verb);
-  const plan = job.plan || {};
   const res = job.resources || {};
-  const rows = [
-    ["Attempt", `${job.attempt ?? 0} of ${job.max_attempts ?? "?"}`],
-    ["Steps", plan.max_steps ?? "?"],
+  view.querySelector("#job-progress").innerHTML = kvHtml([...progressRows(job, train), ...attemptRows(job)]);
+  view.querySelector("#job-details").innerHTML = kvHtml([
     ["Resources", `${res.nnodes ?? 1} node × ${res.nproc_per_node ?? 1} ${res.accelerator ?? ""}`],
+    ["Queue", job.queue ?? "–"],
     ["Created", job.created_at ? new Date(job.created_at).toLocaleString() : ""],
     ["Labels", Object.entries(job.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "–"],
-  ];
-  if (job.error_code || job.error_message) rows.push(["Error", `${job.error_code || ""}: ${job.error_message || ""}`]);
-  view.querySelector("#job-details").innerHTML = rows.map(([k, v]) =>
-    `<dt>${esc(k)}</dt><dd ${k === "Error" ? 'class="field-error" id="job-error"' : ""}>${esc(v)}</dd>`).join("");
+  ]);
+  drawFailure(view, job);
+  view.querySelector("#job-hyper").innerHTML = kvHtml(hyperparameters(job));
+  const recipe = view.querySelector("#job-recipe");
+  if (!recipe.dataset.drawn) {
+    recipe.dataset.drawn = "1";
+    recipe.innerHTML = recipeHtml(job.recipe || {}, job.overrides || []);
+    const n = (job.overrides || []).length;
+    view.querySelector("#override-count").textContent = n ? `${n} override${n > 1 ? "s" : ""} marked` : "no overrides";
+  }
+  drawMfuNote(view, job, train);
 }
 
-// Memory per rank: the plan's estimate beside the peaks the trainer measured on each rank
-// (the `finished` event, else `started`), and the estimate's error against the largest.
-function drawMemory(view, plan, events) {
-  const estimate = plan?.estimate?.memory_per_rank_bytes;
-  const measuredIn = (name) => events.map((e) => e.data || {}).filter((d) => d.event === name && Array.isArray(d.peak_memory_bytes)).pop();
-  const measured = measuredIn("finished") || measuredIn("started");
-  const rows = [];
-  if (estimate) {
-    const parts = ["params", "grads", "optimizer", "activations", "workspace"].map((k) => `${k} ${bytes(estimate[k])}`).join(", ");
-    rows.push(["Memory estimate", `${bytes(estimate.total)} per rank (${parts})`]);
-  } else rows.push(["Memory estimate", "– (model size or sequence length unknown at submit)"]);
-  if (measured) {
-    const peaks = measured.peak_memory_bytes;
-    const top = Math.max(...peaks);
-    const error = estimate && top > 0 ? ` · estimate ${((estimate.total - top) / top * 100).toFixed(1)}% off` : "";
-    rows.push([`Measured peak (${measured.event})`, peaks.map((p, rank) => `rank ${rank} ${bytes(p)}`).join(", ") + error]);
-  } else rows.push(["Measured peak", "– (reported when training starts)"]);
-  view.querySelector("#job-memory").innerHTML = rows.map(([k, v]) => `<dt>${esc(k)}</dt><dd data-memory="${esc(k)}">${esc(v)}</dd>`).join("");
+// MFU is measured against a GPU's peak FLOPs: on CPU it is n/a, and a run that ended
+// without one says so instead of waiting.
+function drawMfuNote(view, job, train) {
+  const cpu = (job.resources?.accelerator || job.plan?.accelerator) === "cpu";
+  const none = job.terminal && !train.some((r) => Number.isFinite(r.mfu));
+  const text = cpu ? "n/a on CPU: MFU is measured against a GPU's peak FLOPs."
+    : none ? "No MFU was recorded for this run." : "";
+  let note = view.querySelector("#mfu-note");
+  view.querySelector("#chart-mfu").hidden = Boolean(text);
+  if (!text) { note?.remove(); return; }
+  if (!note) {
+    note = document.createElement("p");
+    note.id = "mfu-note";
+    note.className = "muted";
+    view.querySelector("#panel-mfu").appendChild(note);
+  }
+  note.textContent = text;
+}
+
+function drawFailure(view, job) {
+  const box = view.querySelector("#job-failure");
+  const failure = job.status === "failed" ? failureOf(job) : null;
+  box.hidden = !failure;
+  if (!failure) return;
+  box.innerHTML = `<strong>Failed${failure.code ? ` (${esc(failure.code)})` : ""}:</strong>
+    <span id="job-error">${esc(failure.message)}</span>
+    ${failure.fix ? `<div id="job-fix"><strong>Fix:</strong> ${esc(failure.fix)}</div>` : ""}`;
 }
 
 function drawEvents(view, events) {
@@ -244,8 +273,9 @@ function drawEvents(view, events) {
   list.innerHTML = events.length ? events.slice().reverse().map((e) => {
     const what = e.to_status ? `${e.from_status || "–"} → ${e.to_status}` : (e.data?.event || e.kind || "");
     const step = e.step ?? e.data?.step;
-    return `<li data-kind="${esc(e.data?.event || e.kind || "")}"><time>${esc(clock(e.created_at ?? e.timestamp))}</time>
-      <strong>${esc(what)}</strong>${step !== undefined && step !== null ? ` <span class="muted">step ${esc(step)}</span>` : ""}
+    const tag = e.label ? `<span class="tag ${esc(e.label)}">${esc(e.label)}</span> ` : "";
+    return `<li data-kind="${esc(e.data?.event || e.kind || "")}" data-label="${esc(e.label || "")}"><time>${esc(clock(e.created_at ?? e.timestamp))}</time>
+      ${tag}<strong>${esc(what)}</strong>${step !== undefined && step !== null ? ` <span class="muted">step ${esc(step)}</span>` : ""}
       ${e.message ? ` <span class="muted">${esc(e.message)}</span>` : ""}</li>`;
   }).join("") : `<li class="muted">No events yet.</li>`;
 }
@@ -258,6 +288,24 @@ function drawCheckpoints(view, checkpoints) {
     <td class="num">${esc(formatNumber(c.metrics?.loss ?? c.metrics?.val_loss))}</td>
     <td>${esc(clock(c.created_at))}</td></tr>`).join("")
     : `<tr><td colspan="5" class="muted">No checkpoints yet.</td></tr>`;
+}
+
+// Cancelling cannot be undone: ask first, naming what is lost.
+function confirmCancel(view, job) {
+  const dialog = view.querySelector("#cancel-dialog");
+  const step = job?.latest_metrics?.step;
+  view.querySelector("#cancel-text").textContent = `${job?.name || "The job"} stops${step ? ` at step ${step}` : ""} `
+    + "and cannot be resumed; its checkpoints are kept.";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "cancel"), { once: true });
+    dialog.returnValue = "";
+    dialog.showModal();
+  });
+}
+
+function cloneJob(jobId) {
+  history.pushState({}, "", `/submit?from=${encodeURIComponent(jobId)}`);
+  window.dispatchEvent(new PopStateEvent("popstate"));
 }
 
 async function act(jobId, verb, view) {

@@ -38,6 +38,11 @@ export function flash(message, kind = "error") {
   if (message) flash.timer = setTimeout(() => { box.hidden = true; }, 8000);
 }
 
+// The tab's title: what the page shows, then the app's name.
+export function setTitle(what) {
+  document.title = what ? `${what} · tuneyard` : "tuneyard";
+}
+
 export function stateBadge(status) {
   return `<span class="state ${esc(status)}" data-state="${esc(status)}">${esc(status)}</span>`;
 }

@@ -4,7 +4,8 @@
 `bfloat16`, a string `peft.target_modules` glob becomes a one-item list,
 `checkpoint.save_consolidated: final|every` becomes true, a `collate_fn` mapping becomes its
 dotted name, `"none"` and null sizes and optional sections become absent, a top-level `seed`
-beside `rng.seed` yields to it, pipeline schedule names are spelled as torch spells them,
+beside `rng.seed` yields to it, numbers spelled as strings become numbers
+(`jobs.recipe.automodel.numbers`), pipeline schedule names are spelled as torch spells them,
 a `pipeline` block with `pp_size: 1` is dropped, and an `lr_scheduler` written as
 AutoModel's scheduler config (no `_target_`) names `tuneyard.schedulers.WarmupDecay`.
 Each rewrite that changes what the recipe says is reported as a warning; a form the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobs.recipe.automodel.numbers import fold_numeric_strings
 from jobs.recipe.errors import FieldError, shown
 
 DTYPE_ALIASES = {
@@ -40,6 +42,7 @@ OPTIONAL_SECTIONS = (
     "loss_fn",
     "autocast",
     "quantization",
+    "neftune",
 )
 FIXED_VALUE_SECTIONS = (
     "step_scheduler",
@@ -76,6 +79,7 @@ def fold_value_forms(data: dict[str, Any]) -> tuple[list[FieldError], list[Field
             data.pop(name)
     for name in FIXED_VALUE_SECTIONS:
         _none_words_to_null(data.get(name))
+    fold_numeric_strings(data)
     warnings = _model_forms(data.get("model")) + _model_forms(data.get("teacher_model"))
     warnings += _checkpoint_forms(data.get("checkpoint"))
     warnings += _collate_forms(data) + _seed_forms(data) + _peft_forms(data.get("peft"))

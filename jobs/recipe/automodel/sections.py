@@ -59,6 +59,10 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
         "dataloader_type": "tuneyard builds one stateful loader for every recipe"
     },
     "packed_sequence": {"packing_strategy": "tuneyard packs greedily in dataset order"},
+    "qat": {
+        "qat_config": "torchao's quantizer settings; quantization-aware training is not run "
+        "by tuneyard (qat.enabled: true is refused), so nothing reads them"
+    },
     "benchmark": {
         "nsys_start": "Nsight Systems ranges are not wired; every measured step is timed",
         "nsys_end": "Nsight Systems ranges are not wired; every measured step is timed",

@@ -16,6 +16,7 @@ from typing import Any
 from jobs.recipe.automodel.blocks import fold_automodel_blocks
 from jobs.recipe.automodel.forms import check_warmup_decay, fold_value_forms
 from jobs.recipe.automodel.inert import fold_inert_keys
+from jobs.recipe.automodel.refused import refused_features
 from jobs.recipe.automodel.sections import fold_side_sections
 from jobs.recipe.errors import FieldError
 from jobs.recipe.load.schema import (
@@ -59,7 +60,9 @@ from jobs.recipe.sections.kd import (
     prepare_kd_keys,
     vocab_errors,
 )
+from jobs.recipe.sections.neftune import check_neftune
 from jobs.recipe.sections.quantization import check_quantization
+from jobs.recipe.sections.retention import check_keep_best
 from jobs.recipe.sections.trackers import check_trackers
 from jobs.recipe.sections.values import (
     check_dataset_values,
@@ -68,6 +71,7 @@ from jobs.recipe.sections.values import (
     check_optimizer,
     check_packing,
     check_peft,
+    mock_vocab_errors,
 )
 from jobs.recipe.settings import RecipeSettings
 from jobs.recipe.targets.allowlist import (
@@ -327,6 +331,7 @@ def automodel_forms(
     for errs, warns in (
         fold_value_forms(data),
         fold_inert_keys(data),
+        refused_features(data),
         check_quantization(data, accelerator),
     ):
         errors, warnings = errors + errs, warnings + warns
@@ -357,6 +362,8 @@ def normalize_recipe(
     errors, warnings = errors + errs + _stray_targets(out), warnings + bench_warnings
     setup, errs = setup_from_section(data.get("distributed"), resources.world_size)
     out["distributed"] = setup.to_dict() if setup else None
+    out["neftune"], neftune_errors, notes = check_neftune(data.get("neftune"), out["distributed"])
+    errors, warnings = errors + neftune_errors, warnings + notes
     checks, path_errors = check_data_paths(out, settings, scope)
     _absolutize(out, checks)
     errors += errs + path_errors
@@ -368,6 +375,7 @@ def normalize_recipe(
     warnings += info.warnings + _target_section_warnings(out)
     errs, notes = check_moe_rank_scaling(out["peft"], info.config, info.architecture)
     errors, warnings = errors + errs, warnings + notes
+    errors += mock_vocab_errors(out, info.config)
     if setup is not None:
         errors += capability_errors(info.architecture, out["distributed"], out["peft"] is not None)
         errors += context_parallel_config_errors(info.config, out["distributed"])
@@ -377,4 +385,5 @@ def normalize_recipe(
         errors += expert_parallel_config_errors(info.config, out["distributed"], out.get("model"))
         errors += pipeline_config_errors(info.config, out["distributed"])
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)
+    errors += check_keep_best(out)
     return out, setup, info, errors, warnings

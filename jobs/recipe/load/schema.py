@@ -23,6 +23,7 @@ from jobs.recipe.load import limits
 from jobs.recipe.load.plain import fresh
 from jobs.recipe.load.schema_errors import field_errors
 from jobs.recipe.sections.recovery import RecoverySection
+from jobs.recipe.sections.retention import KeepBestSection
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -161,6 +162,7 @@ class CheckpointSection(Section):
     enabled: bool = True
     checkpoint_dir: str | None = None
     keep_last: PositiveInt | None = None
+    keep_best: KeepBestSection | None = None  # `jobs.recipe.sections.retention`
     save_consolidated: bool = True
     model_save_format: Literal["safetensors", "torch_save"] = "safetensors"
     save_optimizer: bool = True
@@ -284,6 +286,7 @@ TOP_LEVEL_KEYS = frozenset(
         "benchmark",
         "wandb",
         "mlflow",
+        "neftune",  # `jobs.recipe.sections.neftune`
     }
 )
 

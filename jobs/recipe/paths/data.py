@@ -28,6 +28,7 @@ from jobs.recipe.paths.scope import (
     resolve_restore_job,
     run_relative,
 )
+from jobs.recipe.paths.stored import is_store_url, stored_checkpoint_errors
 from jobs.recipe.settings import RecipeSettings
 from jobs.recipe.targets.table import TARGETS
 
@@ -189,6 +190,9 @@ def check_checkpoint_paths(
         checkpoint["checkpoint_dir"] = path or value
     if restore and "job" in restore:
         errors += _resolve_job_restore(restore, settings, scope)
+    elif restore and is_store_url(restore["path"]):  # downloaded by the worker
+        loc = "restore_from.path"
+        errors += stored_checkpoint_errors(restore["path"], loc, settings.artifact_store, scope)
     elif restore and restore["path"] != "LATEST":
         path, errs = _checkpoint_path(restore["path"], "restore_from.path", settings, scope, True)
         restore["path"] = path or restore["path"]

@@ -1,14 +1,10 @@
 """`plan.estimate`: memory per rank, FLOPs and time of a job, from its recipe and topology.
 
 The model's weights come from its config through `jobs.recipe.plan.flops` (torch-free, exact
-for the native families). Memory per rank is split into params, grads, optimizer state,
-activations and workspace, each divided by the topology: FSDP2 shards parameters, gradients
-and optimizer state over dp_shard x cp, tensor parallelism splits them (and the activations)
-by tp, pipeline stages by pp, expert parallelism the experts by ep; LoRA leaves the frozen
-base without gradients or optimizer state. Activations are counted per decoder layer from
-hidden, heads, intermediate size, sequence length and micro-batch, and collapse to the
-layer inputs under activation checkpointing. The constants below were fitted to measured
-CPU runs (`bench/bench_estimate.py`) and are stated in `basis`. Time is FLOPs per step over
+for the native families); `estimate_inputs` reads from the recipe and topology what the
+memory model (`jobs.recipe.plan.memory_model`: the run's peak, phase by phase, split into
+params, grads, optimizer state, activations and workspace) needs, and `basis` states them
+with the phase that sets the peak. Time is FLOPs per step over
 a throughput: the one learned from the queue's finished jobs, else `DEFAULT_FLOPS_PER_RANK`.
 Every figure is checked before it is stored: integers within `MAX_PLAN_NUMBER`, floats
 finite. The recipe's numbers and the model's sizes have maxima (`jobs.recipe.load.limits`)
@@ -19,12 +15,18 @@ without sizes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from jobs.recipe.load.limits import MAX_PLAN_NUMBER
 from jobs.recipe.plan.batches import seq_length_of
 from jobs.recipe.plan.flops import Weight, flops_breakdown, lora_params, model_weights
+from jobs.recipe.plan.memory_model import (
+    CPU_BASE_WORKSPACE,
+    CPU_RANK_WORKSPACE,
+    EstimateInputs,
+    memory_per_rank,
+    phase_peaks,
+)
 from jobs.recipe.topology.setup import DistributedSetup
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -46,66 +48,9 @@ OPTIMIZER_STATES = {
     "SparseAdam": 2,
 }
 UNKNOWN_OPTIMIZER_STATES = 2
-# Saved tensor elements per token per decoder layer, fitted on CPU runs: hidden-sized
-# (norm inputs and outputs, residuals), attention-sized (q, k, v before and after RoPE, the
-# attention output) and MLP-sized (gate, up, their product) tensors. LoRA keeps the same:
-# the adapters need every projection's input.
-ACT_HIDDEN, ACT_ATTENTION, ACT_MLP = 5.9, 2.0, 3.9
-# peft's LoRA layers keep more per layer (each adapter's input and output besides the base's).
-ACT_LORA_FACTOR = 1.4
-# Logit bytes per (token x vocab entry): the logits in the model dtype, their fp32 copy and
-# its gradient (a chunked loss keeps only the logits and their gradient).
-LOGIT_FP32_BYTES, LOGIT_FP32_BYTES_CHUNKED = 8, 0
-# The optimizer's foreach update holds temporaries of about 1.7x the trainable parameters.
-OPTIMIZER_TEMPORARY = 1.7
-# What a process adds beyond the model on CPU (the modules the run imports while it builds,
-# data loading, allocator slack; a torchrun rank also its communication buffers): constants
-# measured on the grid. CUDA: 5% of the total for fragmentation.
-CPU_BASE_WORKSPACE, CPU_RANK_WORKSPACE = 52 << 20, 16 << 20
-# A full load imports the Hugging Face model classes the shard-only path never touches.
-CPU_FULL_LOAD_WORKSPACE = 116 << 20
-# A CPU rank's collectives (gloo: all-gather and reduce-scatter buffers per FSDP2 unit, freed
-# into per-thread heaps the process keeps) stay resident: about this many whole models.
-CPU_RANK_COPIES = 1.8
-CUDA_FRAGMENTATION = 0.05
-# A full (not shard-only) load holds the whole model and its checkpoint's pages at once.
-LOAD_COPIES = 2.0
 DEFAULT_FLOPS_PER_RANK = {"cpu": 2e10, "cuda": 4e14}  # used until a queue has finished jobs
 MEMORY_MARGIN = 0.10  # of the device memory, kept free of the estimate
 CONFIG_ERRORS = (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError)
-
-
-@dataclass(frozen=True)
-class EstimateInputs:
-    """Everything the memory model reads, so a fix can change one field and re-estimate."""
-
-    params: int
-    expert_params: int
-    root_params: int  # embedding, lm_head and final norm (FSDP2's root unit)
-    layer_params: int  # the largest decoder layer (one FSDP2 unit)
-    trainable: int
-    lora_rank: int | None
-    param_bytes: int
-    compute_bytes: int
-    optimizer_states: int
-    hidden: int
-    attention_width: int  # q + 2 kv (or latent) elements per token
-    mlp_width: int  # the intermediate elements a token passes through per layer
-    layers: int
-    vocab: int
-    seq_length: int
-    micro_batch: int
-    activation_checkpointing: bool | str
-    chunked_loss: bool
-    strategy: str
-    dp_shard: int
-    tp: int
-    pp: int
-    cp: int
-    ep: int
-    accelerator: str
-    world_size: int = 1
-    full_load: bool = True  # every rank loads the whole model (else FSDP2's shard-only load)
 
 
 def _dtype_bytes(model: dict[str, Any], config: dict[str, Any]) -> int:
@@ -160,44 +105,65 @@ def estimate_inputs(
         vocab = int(config["vocab_size"])
     except CONFIG_ERRORS:
         return None
-    step, lora = recipe.get("step_scheduler") or {}, _lora_spec(recipe)
+    lora = _lora_spec(recipe)
     params = sum(w.total for w in weights)
-    experts = sum(w.total for w in weights if w.kind == "experts")
-    rank = lora[0] if lora else None
-    trainable = lora_params(weights, *lora)[0] if lora else params
-    attn, mlp, layer = _widths(weights)
     param_bytes = _dtype_bytes(recipe.get("model") or {}, config)
-    sizes = setup.sizes
+    attn, mlp, layer = _widths(weights)
     loss = str((recipe.get("loss_fn") or {}).get("_target_") or "")
     return EstimateInputs(
-        params,
-        experts,
-        sum(w.total for w in weights if "." not in w.name),
-        layer,
-        trainable,
-        rank,
-        param_bytes,
-        _compute_bytes(setup, accelerator, param_bytes),
-        _optimizer_states(recipe.get("optimizer") or {}),
-        hidden,
-        attn,
-        mlp,
-        layers,
-        vocab,
-        int(seq_length_of(recipe) or 0),
-        int(step.get("local_batch_size") or 1),
-        setup.activation_checkpointing,
-        "Chunked" in loss or "Fused" in loss,
-        setup.strategy,
-        setup.dp_shard_size,
-        sizes.tp_size,
-        sizes.pp_size,
-        sizes.cp_size,
-        sizes.ep_size,
-        accelerator,
-        setup.world_size,
-        _full_load(recipe, setup),
+        params=params,
+        expert_params=sum(w.total for w in weights if w.kind == "experts"),
+        root_params=sum(w.total for w in weights if "." not in w.name),
+        layer_params=layer,
+        trainable=lora_params(weights, *lora)[0] if lora else params,
+        lora_rank=lora[0] if lora else None,
+        param_bytes=param_bytes,
+        compute_bytes=_compute_bytes(setup, accelerator, param_bytes),
+        optimizer_states=_optimizer_states(recipe.get("optimizer") or {}),
+        hidden=hidden,
+        attention_width=attn,
+        mlp_width=mlp,
+        layers=layers,
+        vocab=vocab,
+        seq_length=int(seq_length_of(recipe) or 0),
+        micro_batch=int((recipe.get("step_scheduler") or {}).get("local_batch_size") or 1),
+        activation_checkpointing=setup.activation_checkpointing,
+        chunked_loss="Chunked" in loss or "Fused" in loss,
+        strategy=setup.strategy,
+        dp_shard=setup.dp_shard_size,
+        tp=setup.sizes.tp_size,
+        pp=setup.sizes.pp_size,
+        cp=setup.sizes.cp_size,
+        ep=setup.sizes.ep_size,
+        accelerator=accelerator,
+        world_size=setup.world_size,
+        full_load=_full_load(recipe, setup),
+        **_tensor_sizes(weights, layers),
+        **_run_phases(recipe),
     )
+
+
+def _tensor_sizes(weights: list[Weight], layers: int) -> dict[str, int]:
+    """The largest single tensor (a layer's grouped experts count as one) and the head."""
+    largest = 0
+    for w in weights:
+        one = w.shape[0] * w.shape[1]
+        largest = max(largest, w.total // max(layers, 1) if w.kind == "experts" else one)
+    head = sum(w.total for w in weights if w.name == "lm_head")
+    return {"largest_tensor": largest, "head_params": head}
+
+
+def _run_phases(recipe: dict[str, Any]) -> dict[str, Any]:
+    """What the run does beside its steps: a save inside it, a validation pass."""
+    checkpoint = recipe.get("checkpoint") or {}
+    validation = recipe.get("validation_dataset") is not None
+    val_batch = (recipe.get("validation_dataloader") or {}).get("batch_size") or 1
+    return {
+        "saves": bool(checkpoint.get("enabled")),
+        "async_save": bool(checkpoint.get("is_async")),
+        "save_optimizer": bool(checkpoint.get("save_optimizer", True)),
+        "val_micro_batch": int(val_batch) if validation else 0,
+    }
 
 
 def _full_load(recipe: dict[str, Any], setup: DistributedSetup) -> bool:
@@ -211,82 +177,6 @@ def _full_load(recipe: dict[str, Any], setup: DistributedSetup) -> bool:
         and target.endswith("from_pretrained")
     )
     return not shard_only
-
-
-def _shards(x: EstimateInputs) -> tuple[int, int]:
-    """(divisor of dense parameters, divisor of expert parameters) on one rank."""
-    fsdp = x.dp_shard * x.cp if x.strategy in ("fsdp2", "megatron_fsdp") else 1
-    dense = fsdp * x.tp * x.pp
-    return dense, (x.ep * x.pp if x.ep > 1 else dense)
-
-
-def _activation_bytes(x: EstimateInputs) -> int:
-    tokens = x.micro_batch * math.ceil(x.seq_length / x.cp)
-    width = (
-        ACT_HIDDEN * x.hidden + (ACT_ATTENTION * x.attention_width + ACT_MLP * x.mlp_width) / x.tp
-    )
-    lora = ACT_LORA_FACTOR if x.lora_rank is not None else 1.0
-    per_layer = tokens * width * x.compute_bytes * lora
-    layers = math.ceil(x.layers / x.pp)
-    inputs = tokens * x.hidden * x.compute_bytes  # what a checkpointed layer keeps
-    if x.activation_checkpointing in (True, "full"):
-        layer_total = layers * inputs + per_layer
-    elif x.activation_checkpointing == "selective":  # every second layer wrapped
-        kept = layers - layers // 2 - layers % 2
-        layer_total = kept * per_layer + (layers - kept) * inputs + per_layer
-    else:
-        layer_total = layers * per_layer
-    fp32 = LOGIT_FP32_BYTES_CHUNKED if x.chunked_loss else LOGIT_FP32_BYTES
-    logits = tokens * x.vocab * (2 * x.compute_bytes + fp32) // x.tp
-    return int(layer_total + logits)
-
-
-def memory_per_rank(x: EstimateInputs) -> dict[str, int]:
-    """Bytes on one rank: params, grads, optimizer, activations, workspace, total."""
-    dense, expert = _shards(x)
-    held = (x.params - x.expert_params) / dense + x.expert_params / expert
-    trained = held if x.lora_rank is None else x.trainable / dense  # LoRA: the adapters
-    params = held * x.param_bytes
-    grads = trained * x.param_bytes
-    if x.strategy == "ddp" and x.dp_shard * x.tp > 1:
-        grads *= 2  # DDP's gradient buckets copy the gradients
-    optimizer = trained * x.param_bytes * (x.optimizer_states + OPTIMIZER_TEMPORARY)
-    activations = _activation_bytes(x)
-    trained_total = params + grads + optimizer + activations
-    workspace = _workspace(x, trained_total)
-    workspace += max(0.0, _load_bytes(x, held) - trained_total)  # loading is the peak
-    parts = {
-        "params": params,
-        "grads": grads,
-        "optimizer": optimizer,
-        "activations": activations,
-        "workspace": workspace,
-    }
-    out = {key: int(value) for key, value in parts.items()}
-    out["total"] = sum(out.values())
-    return out
-
-
-def _load_bytes(x: EstimateInputs, held: float) -> float:
-    """The peak while the model loads: the weights (whole, or this rank's shard) and the
-    checkpoint pages being read."""
-    weights = x.params if x.full_load else held
-    return LOAD_COPIES * weights * x.param_bytes
-
-
-def _workspace(x: EstimateInputs, model_bytes: float) -> float:
-    """FSDP2's gathered units (the root and two decoder layers, beyond the local shard)
-    plus the process's own: a CPU constant, or fragmentation on CUDA."""
-    dense, _ = _shards(x)
-    gathered = 0.0
-    if x.strategy == "fsdp2" and dense > 1:
-        gathered = (x.root_params + 2 * x.layer_params) / x.tp * x.compute_bytes * (1 - 1 / dense)
-    if x.accelerator == "cuda":
-        return gathered + CUDA_FRAGMENTATION * (model_bytes + gathered)
-    process = CPU_BASE_WORKSPACE + (CPU_FULL_LOAD_WORKSPACE if x.full_load else 0)
-    if x.world_size > 1:
-        process += CPU_RANK_WORKSPACE + CPU_RANK_COPIES * x.params * x.param_bytes
-    return gathered + process
 
 
 def _lora_spec(recipe: dict[str, Any]) -> tuple[int, list[str] | None, list[str] | None] | None:
@@ -354,16 +244,23 @@ def in_range(value: Any) -> bool:
 
 def _basis(x: EstimateInputs, rate: float, learned: bool) -> dict[str, Any]:
     source = "learned from this queue's finished jobs" if learned else "default"
+    phases = {name: int(value) for name, value in phase_peaks(x).items()}
     return {
         "inputs": dict(vars(x)),  # flat scalars: asdict's deep copies not needed
+        "phases_bytes": phases,  # each phase's peak, before the process's own memory
+        "peak_phase": max(phases, key=lambda name: phases[name]),
         "sequence": "every micro-batch filled to the sequence length (an upper bound)",
         "activations": "per decoder layer from hidden, attention and MLP widths; logits "
         f"{'chunked' if x.chunked_loss else 'with an fp32 copy and its gradient'}",
-        "workspace": "CUDA: 5% fragmentation, allocations only (no CUDA context)"
-        if x.accelerator == "cuda"
-        else f"CPU: {CPU_BASE_WORKSPACE >> 20} MiB process overhead ({CPU_RANK_WORKSPACE >> 20} "
-        "MiB per torchrun rank), fitted on the bench grid; while loading is the peak, the "
-        "load's excess",
+        "workspace": "what the peak phase holds beyond params, grads, optimizer state and "
+        "activations (gathered FSDP2 units, load or save buffers, optimizer temporaries); "
+        + (
+            "CUDA: 5% fragmentation, allocations only (no CUDA context)"
+            if x.accelerator == "cuda"
+            else f"CPU: {CPU_BASE_WORKSPACE >> 20} MiB process overhead "
+            f"({CPU_RANK_WORKSPACE >> 20} MiB more per torchrun rank), fitted on the bench grid "
+            "with the worker's allocator setting"
+        ),
         "throughput_flops_per_rank": rate,
         "throughput": source,
         "flops": "3 x forward matmuls (LoRA: 2 x base + 3 x adapters) + attention scores",

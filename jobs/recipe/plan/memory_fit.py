@@ -18,7 +18,8 @@ from functools import cached_property
 from typing import Any
 
 from jobs.recipe.errors import FieldError
-from jobs.recipe.plan.estimate import MEMORY_MARGIN, EstimateInputs, memory_per_rank
+from jobs.recipe.plan.estimate import MEMORY_MARGIN
+from jobs.recipe.plan.memory_model import EstimateInputs, memory_per_rank
 
 UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 SIZE = re.compile(r"\A\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*\Z", re.IGNORECASE)

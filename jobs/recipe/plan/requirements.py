@@ -33,6 +33,10 @@ INSTALL = {
     "mlflow": "pip install 'tuneyard[mlflow]'",
 }
 OPTIONAL_PACKAGES = tuple(sorted(INSTALL))
+# Packages whose callables run CUDA kernels only: a CPU job naming one is refused at submit
+# (Transformer Engine does not even import without a GPU). flash_attn is refused on CPU at
+# `attn_implementation` by `jobs.recipe.topology.trainer_support`.
+CUDA_ONLY = {"transformer_engine": "Transformer Engine's fused CUDA kernels"}
 
 
 def requirement_sources(normalized: Mapping[str, Any]) -> dict[str, str]:
@@ -52,6 +56,22 @@ def requirement_sources(normalized: Mapping[str, Any]) -> dict[str, str]:
         if isinstance(model, dict) and model.get("attn_implementation") == "flash_attention_2":
             found.setdefault("flash_attn", f"{section}.attn_implementation")
     return found
+
+
+def cuda_only_errors(normalized: Mapping[str, Any], accelerator: str) -> list[FieldError]:
+    """A CPU job's callables that need CUDA, each an error at its `_target_`."""
+    if accelerator == "cuda":
+        return []
+    errors = []
+    for package, loc in sorted(requirement_sources(normalized).items()):
+        if package in CUDA_ONLY:
+            msg = (
+                f"needs {package} ({CUDA_ONLY[package]}), which runs only on CUDA; "
+                f"the job's accelerator is {accelerator}"
+            )
+            fix = "use torch.optim.AdamW (the same update), or submit with resources.accelerator: cuda"
+            errors.append(FieldError(loc, msg, fix))
+    return errors
 
 
 def required_packages(normalized: Mapping[str, Any]) -> list[str]:

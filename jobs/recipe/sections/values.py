@@ -228,3 +228,47 @@ def check_moe_rank_scaling(
         return [], [FieldError(loc, msg)]
     unknown = " (the model's config is not readable here, so experts cannot be ruled out)"
     return [FieldError(loc, MOE_RANK_MSG + (unknown if experts is None else ""), fix)], []
+
+
+# Random-token datasets, and the vocabulary their ids are drawn below when none is given
+# (`trainer.data.mock.MockIterableDataset`'s default; `MockDataset` requires one).
+MOCK_DATASETS = {
+    "tuneyard.datasets.MockIterableDataset": 1024,
+    "tuneyard.datasets.MockSentenceDataset": 100,
+    "tuneyard.datasets.MockDataset": 0,
+}
+
+
+def model_vocab_size(config: dict[str, Any] | None) -> int | None:
+    """The model's vocabulary size from its config (a multimodal one's `text_config`)."""
+    if not isinstance(config, dict):
+        return None
+    inner = config.get("text_config")
+    for holder in (config, inner if isinstance(inner, dict) else {}):
+        size = holder.get("vocab_size")
+        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+            return size
+    return None
+
+
+def mock_vocab_errors(out: dict[str, Any], config: dict[str, Any] | None) -> list[FieldError]:
+    """A random-token dataset drawing ids the model's embedding does not have would fail at
+    the first lookup: its `vocab_size` must not exceed the model's (where the config is
+    readable)."""
+    model_vocab = model_vocab_size(config)
+    errors = []
+    for name in ("dataset", "validation_dataset"):
+        section = out.get(name)
+        spec = spec_of(section) if isinstance(section, dict) else None
+        if model_vocab is None or spec is None or spec.name not in MOCK_DATASETS:
+            continue
+        drawn = section.get("vocab_size", MOCK_DATASETS[spec.name])
+        if isinstance(drawn, int) and drawn > model_vocab:
+            given = "" if "vocab_size" in section else " (the default)"
+            msg = (
+                f"{drawn}{given} draws token ids the model does not have: its vocab_size is "
+                f"{model_vocab}, so the embedding lookup would fail"
+            )
+            fix = f"set {name}.vocab_size to at most {model_vocab} (the model's vocab_size)"
+            errors.append(FieldError(f"{name}.vocab_size", msg, fix))
+    return errors

@@ -25,6 +25,7 @@ from jobs.recipe.errors import FieldError, RecipeInvalid, did_you_mean, shown
 from jobs.recipe.load.plain import LEAVES
 from jobs.recipe.load.schema_errors import field_errors
 from jobs.recipe.targets.loader_kwargs import override_keyword_errors
+from jobs.recipe.targets.refused import REFUSED_TARGETS
 from jobs.recipe.targets.table import CANONICAL, KWARG_SYNONYMS, TARGETS, TargetSpec
 from jobs.recipe.typed import TargetCall
 
@@ -94,6 +95,9 @@ def resolve_target(name: object, loc: str) -> TargetSpec:
     spec = TARGETS.get(name)
     if spec is not None:
         return spec
+    if name in REFUSED_TARGETS:  # AutoModel's own, refused on purpose: why and what instead
+        why, fix = REFUSED_TARGETS[name]
+        raise RecipeInvalid([FieldError(loc, f"{shown(name)} is refused: {why}", fix)])
     hint = did_you_mean(name, TARGETS)
     fix = hint or "use one of: " + ", ".join(sorted(CANONICAL))
     raise RecipeInvalid(

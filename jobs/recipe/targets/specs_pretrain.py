@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from jobs.recipe.errors import shown
+from jobs.recipe.load import limits
 from jobs.recipe.targets.spec import TargetSpec, spec
 
 _LLM = "nemo_automodel.components.datasets.llm"
@@ -159,6 +160,17 @@ class MockValues(BaseModel):
     exclude_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
 
 
+class MockSentenceValues(BaseModel):
+    """AutoModel's `build_unpacked_dataset` sizes (`trainer.data.mock.MockSentenceDataset`)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    num_sentences: Annotated[int, Field(gt=0, le=limits.MAX_DATASET_SAMPLES)] = 10
+    mean_len: Annotated[float, Field(gt=0, le=limits.MAX_SEQ_LENGTH)] = 20.0
+    std_len: Annotated[float, Field(ge=0, le=limits.MAX_SEQ_LENGTH)] = 6.0
+    max_sentence_len: Annotated[int, Field(gt=0, le=limits.MAX_SEQ_LENGTH)] = 64
+
+
 _MEGATRON_PARAMS = (*MegatronValues.model_fields, "seq_length", "seed")
 
 SPECS: list[TargetSpec] = [
@@ -168,6 +180,13 @@ SPECS: list[TargetSpec] = [
         "dataset",
         ("vocab_size", "seq_length", "num_samples", "batch_size", "seed", "exclude_token_ids"),
         values=MockValues,
+    ),
+    spec(
+        "tuneyard.datasets.MockSentenceDataset",
+        "trainer.data.mock:MockSentenceDataset",
+        "dataset",
+        (*MockSentenceValues.model_fields, "vocab_size", "seed"),
+        values=MockSentenceValues,
     ),
     spec(
         "tuneyard.datasets.NanogptDataset",
@@ -207,6 +226,7 @@ SPECS: list[TargetSpec] = [
 
 ALIASES: dict[str, str] = {
     f"{_LLM}.mock_iterable_dataset.MockIterableDataset": "tuneyard.datasets.MockIterableDataset",
+    f"{_LLM}.mock.build_unpacked_dataset": "tuneyard.datasets.MockSentenceDataset",
     f"{_LLM}.nanogpt_dataset.NanogptDataset": "tuneyard.datasets.NanogptDataset",
     f"{_LLM}.NanogptDataset": "tuneyard.datasets.NanogptDataset",
     f"{_LLM}.megatron_dataset.MegatronPretraining": "tuneyard.datasets.MegatronPretraining",

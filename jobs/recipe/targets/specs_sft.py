@@ -90,6 +90,7 @@ class ChatValues(_Values):
     start_of_turn_token: str | None = None
     chat_template: ChatTemplate | None = None
     shuffle_seed: int | None = None
+    mask_reasoning_content: bool = False
 
 
 class ColumnMappedValues(_Values):
@@ -187,6 +188,7 @@ SPECS: list[TargetSpec] = [
                 "start_of_turn_token",
                 "chat_template",
                 "shuffle_seed",
+                "mask_reasoning_content",
             ),
             injected=_TOKENIZER,
             required=("path_or_dataset_id",),

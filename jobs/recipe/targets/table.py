@@ -20,6 +20,7 @@ from jobs.recipe.targets import specs_automodel, specs_pretrain, specs_sft
 from jobs.recipe.targets.plugins import operator_specs
 from jobs.recipe.targets.spec import TargetSpec
 from jobs.recipe.targets.spec import spec as _spec
+from jobs.recipe.targets.specs_sft import ChatTemplate
 
 AREAS = (specs_sft, specs_pretrain, specs_automodel)
 
@@ -80,6 +81,9 @@ class SquadValues(BaseModel):
     truncation: bool | str = False
     fp8: bool = False
     start_of_turn_token: str | None = None
+    # the text (a template file is read at submit): rows become a user turn and the answer
+    # as the assistant's, the loss on what the assistant turn adds
+    chat_template: ChatTemplate | None = None
 
 
 _MODEL_COMMON = (

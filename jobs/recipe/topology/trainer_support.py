@@ -15,6 +15,7 @@ from fnmatch import fnmatch
 from typing import Any
 
 from jobs.recipe.errors import FieldError, shown
+from jobs.recipe.plan.requirements import cuda_only_errors
 from jobs.recipe.topology.pipeline import parallel_size, pipeline_errors
 from models.registry import DENSE_PARALLEL_PLAN, get_entry
 
@@ -34,6 +35,7 @@ def check_trainer_support(recipe: dict[str, Any], accelerator: str) -> list[Fiel
         *_quantization_errors(recipe, accelerator),
         *_backend_errors(recipe.get("dist_env") or {}, accelerator),
         *_cuda_attention_errors(recipe, accelerator),
+        *cuda_only_errors(recipe, accelerator),
     ]
 
 

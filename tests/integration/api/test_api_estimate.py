@@ -78,6 +78,27 @@ def test_a_job_that_fits_is_queued_with_the_verdict(client, stack, body, gpu_que
     assert fit["fits"] is True and fit["device_memory_bytes"] == 80 << 30
 
 
+@pytest.mark.parametrize(("ratio", "status"), [(1.2, 422), (0.8, 201)])
+def test_submit_refuses_at_1_2x_the_device_and_accepts_at_0_8x(
+    client, stack, body, gpu_queue, ratio, status
+):
+    """The estimate the plan states is what the submit's fit check compares with the
+    smallest advertised device: 1.2x it is refused with fixes, 0.8x it is queued."""
+    nproc, queue = gpu_queue
+    checked = _submit(client, stack, _body(body, nproc), "/v1/jobs:validate")
+    assert checked.status_code == 200, checked.text
+    total = checked.json()["plan"]["estimate"]["memory_per_rank_bytes"]["total"]
+    _worker(stack, queue, int(total / ratio))
+    answer = _submit(client, stack, _body(body, nproc))
+    assert answer.status_code == status, answer.text
+    if status == 422:
+        [error] = answer.json()["errors"]
+        assert error["loc"] == "distributed" and error["fix"].startswith("cheapest first: 1) ")
+    else:
+        fit = answer.json()["plan"]["estimate"]["fit"]
+        assert fit["fits"] is True and fit["device_memory_bytes"] == int(total / ratio)
+
+
 def test_no_worker_that_says_its_memory_means_no_check(client, stack, body, gpu_queue):
     nproc, queue = gpu_queue
     _worker(stack, queue, None)

@@ -80,3 +80,54 @@ def test_a_bad_update_is_a_field_error(client, stack):
     extra = client.patch(f"/v1/projects/{stack.project}", json={"owner": "me"},
                          headers=stack.headers("admin"))  # fmt: skip
     assert extra.status_code == 422
+
+
+def retention(client, stack, policy, role: str = "admin"):
+    return client.patch(f"/v1/projects/{stack.project}", json={"checkpoint_retention": policy},
+                        headers=stack.headers(role))  # fmt: skip
+
+
+def test_the_admin_sets_and_removes_the_checkpoint_retention_policy(client, stack):
+    try:
+        answer = retention(client, stack, {"max_bytes": 10**12, "max_age_days": 30})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["checkpoint_retention"] == {"max_bytes": 10**12, "max_age_days": 30}
+        assert answer.json()["allow_remote_code"] is False  # left out: unchanged
+        seen = client.get(f"/v1/projects/{stack.project}", headers=stack.headers("read")).json()
+        assert seen["checkpoint_retention"] == {"max_bytes": 10**12, "max_age_days": 30}
+        only_age = retention(client, stack, {"max_age_days": 7}).json()["checkpoint_retention"]
+        assert only_age == {"max_bytes": None, "max_age_days": 7}
+        granted = grant(client, stack, True).json()  # a grant alone keeps the policy
+        assert granted["checkpoint_retention"] == only_age
+    finally:
+        grant(client, stack, False)
+        removed = retention(client, stack, None)
+    assert removed.status_code == 200 and removed.json()["checkpoint_retention"] is None
+
+
+def test_only_the_admin_sets_a_retention_policy(client, stack):
+    for role in ("submit", "read"):
+        assert retention(client, stack, {"max_bytes": 1}, role=role).status_code == 403
+    other = retention(client, stack, {"max_bytes": 1}, role="other")
+    assert other.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({}, "body"),
+        ({"checkpoint_retention": {}}, "checkpoint_retention"),
+        ({"checkpoint_retention": {"max_bytes": 0}}, "checkpoint_retention.max_bytes"),
+        ({"checkpoint_retention": {"max_bytes": 2**70}}, "checkpoint_retention.max_bytes"),
+        ({"checkpoint_retention": {"max_age_days": "old"}}, "checkpoint_retention.max_age_days"),
+        ({"checkpoint_retention": {"max_age": 3}}, "checkpoint_retention.max_age"),
+        ({"allow_remote_code": None}, "allow_remote_code"),
+    ],
+    ids=["empty", "no-bound", "zero", "huge", "text", "unknown", "null-grant"],
+)
+def test_a_bad_retention_policy_is_a_field_error_with_a_fix(client, stack, body, loc):
+    answer = client.patch(f"/v1/projects/{stack.project}", json=body,
+                          headers=stack.headers("admin"))  # fmt: skip
+    assert answer.status_code == 422, answer.text
+    [error] = answer.json()["errors"]
+    assert error["loc"] == loc and error["fix"], error

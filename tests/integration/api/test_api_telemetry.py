@@ -166,3 +166,38 @@ def test_metrics_etag_answers_304_until_the_page_changes(client, stack, body) ->
     assert changed.status_code == 200 and changed.headers["etag"] != first.headers["etag"]
     paged = client.get(url, params={"limit": 4}, headers=headers).json()
     assert paged["has_more"] is True and paged["next_after_step"] == 4
+
+
+def test_checkpoints_say_why_each_is_kept_and_what_was_deleted(client, stack, body) -> None:
+    from jobs.store.retention import record_trainer_deletions
+
+    body = {**body, "recipe": {**body["recipe"]}}
+    body["recipe"]["validation_dataset"] = body["recipe"]["dataset"]
+    body["recipe"]["step_scheduler"] = {
+        **body["recipe"]["step_scheduler"],
+        "val_check_interval": 10,
+        "checkpoint_interval": 10,
+    }
+    body["recipe"]["checkpoint"] = {"keep_last": 1, "keep_best": {"metric": "val_loss", "k": 1}}
+    submitted = client.post("/v1/jobs", json=body, headers=stack.headers())
+    assert submitted.status_code == 201, submitted.text
+    job_id = submitted.json()["id"]
+    with stack.session() as s:
+        for step, val in ((10, 2.0), (20, 1.0), (30, 1.5), (40, 3.0)):
+            s.add(Checkpoint(job_id=job_id, attempt=1, step=step, path=f"/runs/step_{step}",
+                             size_bytes=10, metrics={"loss": 1.0, "val_loss": val}))  # fmt: skip
+        s.flush()
+        gone = {"event": "checkpoint_deleted", "step": 30, "path": "/runs/step_30",
+                "reason": "not among the last 1"}  # fmt: skip
+        assert record_trainer_deletions(s, job_id, [gone, gone]) == 2  # a replay adds nothing
+        s.commit()
+    answer = client.get(f"/v1/jobs/{job_id}/checkpoints", headers=stack.headers("read")).json()
+    kept = {c["step"]: c["kept_because"] for c in answer["data"]}
+    assert kept == {10: [], 20: ["best val_loss #1 of 1"],
+                    40: ["latest", "last 1", "resumable: the job resumes from it"]}  # fmt: skip
+    [deleted] = answer["deleted"]
+    assert deleted["step"] == 30 and deleted["source"] == "trainer"
+    assert deleted["reason"] == "not among the last 1" and deleted["size_bytes"] == 10
+    assert deleted["deleted_at"] and deleted["path"] == "/runs/step_30"
+    other = client.get(f"/v1/jobs/{job_id}/checkpoints", headers=stack.headers("other"))
+    assert other.status_code == 404

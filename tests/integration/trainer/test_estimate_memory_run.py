@@ -1,6 +1,7 @@
 """A 2-rank FSDP2 run records every rank's measured peak memory in its `started` and
 `finished` events (never decreasing), `mem` in each train record, and `mfu: null` on CPU;
-the plan's estimate for the same recipe is within the bench's stated error of it."""
+the plan's estimate for the same recipe (the worker's CPU allocator setting included, as
+the harness launches with it) is within the held-out grid's worst error of it."""
 
 from __future__ import annotations
 
@@ -39,4 +40,5 @@ def test_started_and_finished_carry_each_ranks_peak(assets: Assets, monkeypatch)
         monkeypatch.setenv(key, value)
     plan = validate_job(recipe, resources={"nproc_per_node": 2}).plan
     estimate = plan["estimate"]["memory_per_rank_bytes"]["total"]
-    assert abs(estimate - max(finished)) / max(finished) < 0.5  # a loose bound; the bench's is 25%
+    # the held-out grid's worst target (`bench/bench_estimate.py`)
+    assert abs(estimate - max(finished)) / max(finished) <= 0.2

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from worker.launcher import CPU_ALLOCATOR_ENV
+
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -91,7 +93,8 @@ def base_recipe(assets: Assets, **sections: Any) -> dict[str, Any]:
 
 
 def trainer_env(assets: Assets) -> dict[str, str]:
-    env = dict(os.environ)
+    """The worker's CPU environment (its allocator setting included) for a test run."""
+    env = {**CPU_ALLOCATOR_ENV, **os.environ}
     env.update(
         {
             "OMP_NUM_THREADS": "1",

@@ -2,9 +2,9 @@
 
 It lets the worker's failure catalogue be tested in a second instead of a minute: it
 reads `recipe.json` (`fake.steps`, `fake.step_seconds`, `fake.exit_code`, `fake.fail_at`,
-`fake.crash_attempts`), resumes from `checkpoints/LATEST`, appends train records and
-lifecycle events, checkpoints every `fake.ckpt_every` steps and saves and exits 75 on
-SIGTERM, like the real trainer. Only rank 0 writes files.
+`fake.crash_attempts`), resumes from `checkpoints/LATEST` (else from `restore_from.path`),
+appends train records and lifecycle events, checkpoints every `fake.ckpt_every` steps and
+saves and exits 75 on SIGTERM, like the real trainer. Only rank 0 writes files.
 """
 
 from __future__ import annotations
@@ -58,11 +58,15 @@ def main() -> int:
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _on_sigterm)
     run_dir = Path(args.run_dir)
-    fake = (yaml.safe_load(Path(args.recipe).read_text()) or {}).get("fake", {})
+    recipe = yaml.safe_load(Path(args.recipe).read_text()) or {}
+    fake = recipe.get("fake", {})
     rank0 = os.environ.get("RANK", "0") == "0"
     metrics, events = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
     latest = run_dir / "checkpoints" / "LATEST"
     start = int(latest.read_text().split("_")[1]) if latest.exists() else 0
+    restore = (recipe.get("restore_from") or {}).get("path")
+    if not start and restore:  # a checkpoint directory, as the worker hands it over
+        start = json.loads((Path(restore) / "state.json").read_text())["step"]
     attempt = int(os.environ.get("TUNEYARD_ATTEMPT", "1"))
     if rank0:
         _append(

@@ -53,6 +53,12 @@ def test_job_submitted_through_the_api_succeeds_with_live_metrics(ty_env, procs,
         row = wait_for(lambda: _finished(job_id), 120, "job to finish", procs)
         assert row.status == "succeeded", procs.logs()
         metrics = client.get(f"/v1/jobs/{job_id}/metrics", params={"kind": "train", "limit": 1000})
+        lines = [line["text"] for line in client.get(f"/v1/jobs/{job_id}/logs").json()["data"]]
+    # A succeeded run's log reads as a run: its start, steps, checkpoints and end.
+    said = [line for line in lines if line.startswith("[tuneyard] ")]
+    assert said[0] == "[tuneyard] training started at step 0", lines
+    assert any(line.startswith("[tuneyard] checkpoint saved at step 40: ") for line in said)
+    assert said[-1].startswith("[tuneyard] finished at step 80 · loss "), lines
     steps = [m["step"] for m in metrics.json()["data"]]
     assert steps == list(range(1, 81)) == train_steps(job_id)
     assert not proctree.tagged_pids(job_id)
@@ -72,6 +78,13 @@ def test_cancel_mid_run_ends_cancelled_with_no_process_left(project_id, procs, t
     assert answer.status_code == 200 and answer.json()["status"] == "cancelling", answer.text
     row = wait_for(lambda: _finished(job_id), 15, "job to be cancelled", procs)
     assert row.status == "cancelled" and time.monotonic() - asked < 15
+    with TestClient(create_app()) as client:
+        lines = [line["text"] for line in client.get(f"/v1/jobs/{job_id}/logs").json()["data"]]
+    # The stop is said in a few lines (why, what the trainer did), never a traceback.
+    assert "[tuneyard] cancel requested: stopping every process of this attempt" in lines
+    assert "[tuneyard] torchrun stopped by SIGTERM: every rank was asked to stop" in lines
+    shown = "\n".join(lines)
+    assert "Traceback" not in shown and "SignalException" not in shown, shown
     assert not proctree.tagged_pids(job_id)
     assert no_process_mentions(row.run_dir)
 

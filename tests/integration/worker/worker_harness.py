@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -414,3 +415,17 @@ def no_process_mentions(run_dir: str) -> bool:
         except OSError:
             continue
     return True
+
+
+@pytest.fixture
+def store_env(s3_server, ty_env, monkeypatch) -> Iterator[dict[str, str]]:
+    """The artifact store in the test SeaweedFS bucket (a prefix of this test's own) for
+    this process and the workers it starts."""
+    env = s3_server.env(prefix=f"w-{uuid.uuid4().hex[:8]}")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    from jobs.store.settings import get_settings
+
+    get_settings.cache_clear()
+    yield env
+    get_settings.cache_clear()

@@ -96,3 +96,31 @@ def test_auto_config_applies_overrides_and_refuses_unknown_attributes(tiny_llama
     with pytest.raises(ModelLoadError) as info:
         auto_config(str(tiny_llama_dir), num_hiden_layers=1)
     assert info.value.field == "model.config.num_hiden_layers"
+
+
+def test_multimodal_checkpoint_without_a_causal_lm_class_loads_its_text_path(tmp_path):
+    """Mistral-Small-3.x (`Mistral3ForConditionalGeneration`) has no causal-LM class: the
+    image-text-to-text one is built, runs on text alone, and trains only its text path."""
+    from transformers import Mistral3Config
+
+    text = dict(model_type="mistral", hidden_size=32, intermediate_size=64, head_dim=8)
+    text |= dict(num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)
+    vision = dict(model_type="pixtral", hidden_size=32, intermediate_size=64, head_dim=8)
+    vision |= dict(num_hidden_layers=1, num_attention_heads=4, image_size=32, patch_size=8)
+    config = Mistral3Config(
+        text_config={**text, "vocab_size": 96}, vision_config=vision, spatial_merge_size=1
+    )
+    model = AutoModelForCausalLM.from_config(config)
+    assert type(model).__name__ == "Mistral3ForConditionalGeneration"
+    named = model.named_parameters(remove_duplicate=False)
+    parts = {(n.split(".")[1] if n.startswith("model.") else n, p.requires_grad) for n, p in named}
+    assert parts == {
+        ("language_model", True),
+        ("lm_head.weight", True),
+        ("vision_tower", False),
+        ("multi_modal_projector", False),
+    }
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    logits = loaded(input_ids=torch.tensor([[1, 5, 7]])).logits
+    assert logits.shape == (1, 3, 96)

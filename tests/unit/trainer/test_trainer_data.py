@@ -66,6 +66,27 @@ def test_squad_dir_split_and_answer_only_loss(tokenizer, tmp_path: Path) -> None
     }
 
 
+def test_squad_with_a_chat_template_renders_a_user_turn_and_the_answer_turn(
+    tokenizer, tmp_path: Path
+) -> None:
+    template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    squad = write_squad_dir(tmp_path / "squad", n=4)
+    example = json.loads((squad / "train.json").read_text())["data"][0]["paragraphs"][0]
+    qa = example["qas"][0]
+    sample = SquadDataset(tokenizer, str(squad), chat_template=template)[0]
+    ids, mask = sample["input_ids"], sample["loss_mask"]
+    target = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    context = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if not m])
+    assert target == f"{qa['answers'][0]['text']}<|end|>"
+    user = f"Context: {example['context']} Question: {qa['question']} Answer: "
+    assert context == f"<|user|>{user}<|end|><|assistant|>"
+    cut = SquadDataset(tokenizer, str(squad), max_seq_length=12, chat_template=template)[0]
+    assert len(cut["input_ids"]) == 12 and cut["input_ids"][-sum(mask) :] == ids[-sum(mask) :]
+
+
 def test_truncation_keeps_the_target() -> None:
     sample = join_prompt_and_target([1, 2, 3, 4, 5], [8, 9], max_len=4)
     assert sample == {"input_ids": [4, 5, 8, 9], "loss_mask": [0, 0, 1, 1]}

@@ -6,7 +6,14 @@ import os
 from pathlib import Path
 
 from worker import proctree
-from worker.launcher import PACKAGES_ROOT, LaunchSpec, build_command, build_env, write_recipe
+from worker.launcher import (
+    CPU_ALLOCATOR_ENV,
+    PACKAGES_ROOT,
+    LaunchSpec,
+    build_command,
+    build_env,
+    write_recipe,
+)
 
 
 def test_single_node_command_is_standalone(tmp_path: Path):
@@ -61,3 +68,12 @@ def test_write_recipe_is_the_stored_json(tmp_path: Path):
     assert path.name == "recipe.json" and json.loads(path.read_text()) == {
         "step_scheduler": {"max_steps": 3}
     }
+
+
+def test_cpu_attempts_get_the_allocator_setting_unless_the_operator_chose(tmp_path: Path):
+    spec = LaunchSpec(job_id="j", attempt=1, run_dir=tmp_path, nproc_per_node=2)
+    assert build_env(spec, {}).items() >= CPU_ALLOCATOR_ENV.items()
+    own = {key: "65536" for key in CPU_ALLOCATOR_ENV}
+    assert build_env(spec, own).items() >= own.items()
+    gpu = build_env(LaunchSpec(job_id="j", attempt=1, run_dir=tmp_path, accelerator="cuda"), {})
+    assert not set(CPU_ALLOCATOR_ENV) & set(gpu)

@@ -14,6 +14,7 @@ from jobs.orchestration.policy import (
     Verdict,
     classify_exit,
     failed_attempts,
+    failed_attempts_by_job,
     first_cause,
     settle_attempt,
     settle_expired_lease,
@@ -108,6 +109,29 @@ def test_an_infrastructure_failure_retries_until_the_budget_is_spent(session, pr
     requeued, job = settle(session, lock_job(session, job.id), CRASH, attempt=2)
     assert requeued is False and job.status == JobStatus.FAILED and job.error_code == "crash"
     assert failed_attempts(session, job.id) == 2
+
+
+def _claim_and_run(session, job_id, attempt):
+    transition(session, job_id, JobStatus.STARTING, reason="claim", lease_owner="w1")
+    transition(session, job_id, JobStatus.RUNNING, reason="started", attempt=attempt)
+    session.commit()
+
+
+def test_pauses_and_resumes_spend_no_retry_budget(session, project):
+    """Three user pauses make attempt 4, yet a crash then still retries: the budget of 2
+    counts failures only, and each job's failures are counted in one query."""
+    job = running_job(session, project, max_attempts=2)
+    for attempt in (1, 2, 3):
+        transition(session, job.id, JobStatus.PAUSING, reason="pause", attempt=attempt)
+        settle(session, lock_job(session, job.id), CRASH, stop_kind="pause", attempt=attempt)
+        transition(session, job.id, JobStatus.QUEUED, reason="resume")
+        _claim_and_run(session, job.id, attempt + 1)
+    assert failed_attempts(session, job.id) == 0
+    requeued, job = settle(session, lock_job(session, job.id), CRASH, attempt=4)
+    assert requeued is True and job.attempt == 4 and job.status == JobStatus.QUEUED
+    other = running_job(session, project)
+    assert failed_attempts_by_job(session, [job.id, other.id]) == {job.id: 1}
+    assert failed_attempts_by_job(session, []) == {}
 
 
 def test_a_stale_or_finished_attempt_settles_nothing(session, project):

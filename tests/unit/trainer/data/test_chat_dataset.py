@@ -131,3 +131,33 @@ def test_a_broken_json_line_and_a_missing_template_are_data_errors(tmp_path, tok
     tok.chat_template = None
     with pytest.raises(TrainerError, match="no chat template"):
         ChatDataset(str(path), tok)
+
+
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>"
+    "{% if m.get('reasoning_content') %}<think>{{ m['reasoning_content'] }}</think>{% endif %}"
+    "{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+@pytest.mark.parametrize("generation", [False, True])
+def test_mask_reasoning_content_takes_the_thinking_out_of_the_loss(tmp_path, tok, generation):
+    template = THINKING_TEMPLATE
+    if generation:  # the same rendering, its assistant tokens marked by the template
+        turn = THINKING_TEMPLATE.split("|>", 1)[1].split("{% endfor %}")[0]
+        template = (
+            "{% for m in messages %}<|{{ m['role'] }}|>{% if m['role'] == 'assistant' %}"
+            f"{{% generation %}}{turn}{{% endgeneration %}}{{% else %}}{turn}{{% endif %}}"
+            "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+        )
+    messages = [
+        {"role": "user", "content": "Reverse 12:"},
+        {"role": "assistant", "reasoning_content": "flip 1 and 2", "content": "2 1"},
+    ]
+    path = str(write_jsonl(tmp_path / "think.jsonl", [{"messages": messages}]))
+    kept = ChatDataset(path, tok, chat_template=template)[0]
+    masked = ChatDataset(path, tok, chat_template=template, mask_reasoning_content=True)[0]
+    assert targets_of(tok, kept) == "<think>flip 1 and 2</think>2 1<|end|>"
+    assert targets_of(tok, masked) == "2 1<|end|>"
+    assert masked["input_ids"] == kept["input_ids"]

@@ -1,4 +1,5 @@
-"""MockIterableDataset: reproducible per index, AutoModel's sizes and label layout."""
+"""MockIterableDataset and MockSentenceDataset: reproducible per index, AutoModel's sizes and label
+layout."""
 
 from __future__ import annotations
 
@@ -38,3 +39,20 @@ def test_excluded_token_ids_never_appear():
     assert tokens == {1, 2, 4, 5, 6, 7}
     with pytest.raises(ValueError, match="no token id"):
         MockIterableDataset(vocab_size=2, exclude_token_ids=[0, 1])
+
+
+def test_mock_sentences_are_variable_length_reproducible_and_end_with_eos():
+    from trainer.data.mock import MockSentenceDataset
+
+    ds = MockSentenceDataset(num_sentences=40, mean_len=8, std_len=3, vocab_size=10,
+                             max_sentence_len=12, seed=3)  # fmt: skip
+    rows = [ds[i]["input_ids"] for i in range(len(ds))]
+    assert len(ds) == 40 and len({len(r) for r in rows}) > 3
+    assert all(2 <= len(r) <= 13 and r[-1] == 1 for r in rows)
+    assert all(2 <= t < 10 for r in rows for t in r[:-1])
+    assert all(ds[i]["loss_mask"] == [1] * len(rows[i]) for i in range(len(ds)))
+    again = MockSentenceDataset(num_sentences=40, mean_len=8, std_len=3, vocab_size=10,
+                                max_sentence_len=12, seed=3)  # fmt: skip
+    assert [again[i]["input_ids"] for i in (39, 0)] == [rows[39], rows[0]]
+    fixed = MockSentenceDataset(num_sentences=2, mean_len=6, std_len=0)
+    assert [len(fixed[i]["input_ids"]) for i in range(2)] == [7, 7]

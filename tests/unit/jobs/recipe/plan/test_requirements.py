@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from recipe_asserts import error_at
 
 from jobs.recipe.plan.requirements import (
     INSTALL,
@@ -20,9 +21,16 @@ TE_ADAM = "transformer_engine.pytorch.optimizers.FusedAdam"
 
 def test_a_te_optimizer_requires_transformer_engine_at_its_field(validate, recipe):
     recipe["optimizer"] = {"_target_": TE_ADAM, "lr": 1e-4, "master_weights": True}
-    result = validate(recipe)
+    result = validate(recipe, accelerator="cuda")
     assert result.valid, [str(e) for e in result.errors]
     assert result.plan["requires"] == {"transformer_engine": "optimizer._target_"}
+
+
+def test_a_te_optimizer_is_refused_for_a_cpu_job(validate, recipe):
+    recipe["optimizer"] = {"_target_": f"{TE_ADAM[:-10]}.fused_adam.FusedAdam", "lr": 1e-4}
+    error = error_at(validate(recipe, accelerator="cpu"), "optimizer._target_")
+    assert "runs only on CUDA" in error.msg and "the job's accelerator is cpu" in error.msg
+    assert "torch.optim.AdamW" in error.fix and "accelerator: cuda" in error.fix
 
 
 @pytest.mark.parametrize("target", ["flashoptim.FlashAdamW", "dion.Muon", "dion.Dion2"])

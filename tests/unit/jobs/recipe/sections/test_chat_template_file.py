@@ -127,3 +127,17 @@ def test_a_template_in_another_projects_run_is_refused(chat_recipe, settings, ck
     scope = JobScope("a", owns_job=lambda job: job == "job-of-a")
     result = validate_job(_with_template(chat_recipe, str(template)), (), None, shared, scope=scope)
     assert "not in project a" in error_at(result, "dataset.chat_template").msg
+
+
+def test_make_squad_dataset_takes_a_template_file_too(validate, recipe, data_root):
+    """AutoModel's make_squad_dataset takes `chat_template` (the OLMo SQuAD recipes)."""
+    template = data_root / "olmo.jinja"
+    template.write_text(TOOL_TEMPLATE)
+    recipe["dataset"]["_target_"] = (
+        "nemo_automodel.components.datasets.llm.squad.make_squad_dataset"
+    )
+    result = validate(_with_template(recipe, str(template)))
+    assert result.valid, [str(e) for e in result.errors]
+    assert result.recipe["dataset"]["chat_template"] == TOOL_TEMPLATE
+    not_jinja = validate(_with_template(recipe, "plain words"))
+    assert error_at(not_jinja, "dataset.chat_template")

@@ -177,3 +177,32 @@ def test_mock_exclude_token_ids_is_typed(validate, recipe):
     assert validate(recipe).valid
     recipe["dataset"]["exclude_token_ids"] = ["pad"]
     assert any(e.loc.startswith("dataset.exclude_token_ids") for e in validate(recipe).errors)
+
+
+@pytest.mark.parametrize(
+    ("section", "words"),
+    [({"vocab_size": 4096}, "4096 draws token ids"),
+     ({}, "1024 (the default) draws token ids")],
+)  # fmt: skip
+def test_mock_tokens_beyond_the_models_vocabulary_are_refused(validate, recipe, section, words):
+    """The test model's vocab_size is 512: ids above it would fail at the embedding lookup."""
+    recipe["dataset"] = {"_target_": MOCK, "seq_len": 32, **section}
+    error = error_at(validate(recipe), "dataset.vocab_size")
+    assert words in error.msg and "its vocab_size is 512" in error.msg
+    assert error.fix == "set dataset.vocab_size to at most 512 (the model's vocab_size)"
+    recipe["dataset"]["vocab_size"] = 512
+    assert validate(recipe).valid
+
+
+def test_automodels_unpacked_mock_builder_is_the_mock_sentence_dataset(validate, recipe):
+    recipe["dataset"] = {"_target_": f"{LLM}.mock.build_unpacked_dataset", "mean_len": 64,
+                         "std_len": 0, "vocab_size": 100, "max_sentence_len": 64, "seed": 0}  # fmt: skip
+    result = validate(recipe)
+    assert result.valid, [str(e) for e in result.errors]
+    from jobs.recipe.targets.table import TARGETS
+
+    assert TARGETS[result.typed.dataset.target].name == "tuneyard.datasets.MockSentenceDataset"
+    recipe["dataset"]["std_len"] = -1
+    error_at(validate(recipe), "dataset.std_len")
+    recipe["dataset"] |= {"std_len": 0, "vocab_size": 1000}
+    assert "vocab_size is 512" in error_at(validate(recipe), "dataset.vocab_size").msg

@@ -101,7 +101,7 @@ def test_a_path_escape_is_refused_at_the_path_keyword(validate, recipe, data_roo
 @pytest.mark.parametrize(
     ("section", "loc", "words"),
     [
-        ({"_target_": HELLASWAG, "num_samples_limit": "64"}, "num_samples_limit", "integer"),
+        ({"_target_": HELLASWAG, "num_samples_limit": "all"}, "num_samples_limit", "integer"),
         ({"_target_": HELLASWAG, "num_samples_limit": 0}, "num_samples_limit", "greater than 0"),
         ({"_target_": HELLASWAG, "pad_to_max_length": "yes"}, "pad_to_max_length", "boolean"),
         ({"_target_": HELLASWAG, "split": "../train"}, "split", "not a path"),

@@ -1,0 +1,227 @@
+"""Memory per rank over a whole run, phase by phase, as the trainer runs it.
+
+A run's peak is the largest of its phases, each what one rank holds at that moment:
+- load: shard-only (FSDP2, no PEFT, a `from_pretrained`): this rank's shards plus one whole
+  checkpoint tensor being read and its piece; a full load: the whole model on every rank,
+  and one tensor's shard beside it while FSDP2 replaces each;
+- a training step's backward: parameters, gradients and optimizer state (from the second
+  step on), the saved activations (collapsed to the layer inputs under activation
+  checkpointing; peft's LoRA layers keep more), the logits with their fp32 copy and
+  gradient, and FSDP2's gathered units (the head, kept gathered from forward to backward,
+  and a decoder layer with its unsharded gradient);
+- the optimizer step: its foreach temporaries beside parameters, gradients and state;
+- the validation pass (no gradients: one layer's activations and the logits);
+- the checkpoint save: gradients are gone; rank 0 gathers one whole tensor at a time
+  (consolidation), and an asynchronous save also keeps a CPU copy of the whole model on
+  rank 0 and of its optimizer shard on every rank (host memory: CPU only).
+Tensor parallelism splits parameters and activations by tp, pipeline stages by pp, context
+parallelism the sequence by cp, expert parallelism the experts by ep; FSDP2 shards over
+dp_shard x cp. CPU adds the process's own memory (fitted constants); CUDA counts
+allocations only (`max_memory_allocated`) plus a fragmentation share. The CPU constants
+were fitted on `bench/bench_estimate.py`'s FIT grid, under the worker's allocator setting
+(`worker.launcher.CPU_ALLOCATOR_ENV`), and checked on its HELD_OUT grid (median error 6.4%,
+worst 16.8%); the CUDA terms are not fitted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Saved tensor elements per token per decoder layer: hidden-sized (norm inputs and
+# outputs, residuals), attention-sized (q, k, v before and after RoPE, the attention
+# output) and MLP-sized (gate, up, their product) tensors.
+ACT_HIDDEN, ACT_ATTENTION, ACT_MLP = 5.6, 1.9, 3.7
+# Under LoRA: the adapters' inputs and outputs are kept, the frozen base's weight gradients
+# need nothing; fitted, a little less than a full fine-tune keeps.
+ACT_LORA_FACTOR = 0.92
+# Logit bytes per (token x vocab entry) beside the logits in the compute dtype: their fp32
+# copy and its gradient (a chunked loss keeps neither).
+LOGIT_FP32_BYTES, LOGIT_FP32_BYTES_CHUNKED = 8, 0
+# The optimizer's foreach update holds temporaries of about this many trainable shards.
+OPTIMIZER_TEMPORARY = 1.43
+# FSDP2's gathered units in a backward, in units of (head + one decoder layer): their
+# parameters and unsharded gradients, and the collectives' buffers.
+FSDP_GATHERED = 2.0
+# A consolidated save's gather of one tensor on rank 0: the gathered pieces and the whole.
+SAVE_GATHER_COPIES = 2.0
+# A full (not shard-only) load: the whole model on every rank.
+LOAD_COPIES = 1.0
+# What a CPU process adds beyond the model (modules the run imports while it builds, data
+# loading, allocator slack); a torchrun rank also its collectives' buffers; a full load
+# imports the Hugging Face model classes the shard-only path never touches.
+CPU_BASE_WORKSPACE, CPU_RANK_WORKSPACE = 43 << 20, 11 << 20
+CPU_FULL_LOAD_WORKSPACE = 115 << 20
+CUDA_FRAGMENTATION = 0.05
+
+
+@dataclass(frozen=True)
+class EstimateInputs:
+    """Everything the memory model reads, so a fix can change one field and re-estimate."""
+
+    params: int
+    expert_params: int
+    root_params: int  # embedding, lm_head and final norm (FSDP2's root unit)
+    layer_params: int  # the largest decoder layer (one FSDP2 unit)
+    trainable: int
+    lora_rank: int | None
+    param_bytes: int
+    compute_bytes: int
+    optimizer_states: int
+    hidden: int
+    attention_width: int  # q + 2 kv (or latent) elements per token
+    mlp_width: int  # the intermediate elements a token passes through per layer
+    layers: int
+    vocab: int
+    seq_length: int
+    micro_batch: int
+    activation_checkpointing: bool | str
+    chunked_loss: bool
+    strategy: str
+    dp_shard: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    accelerator: str
+    world_size: int = 1
+    full_load: bool = True  # every rank loads the whole model (else FSDP2's shard-only load)
+    largest_tensor: int = 0  # elements of the largest single tensor (read, gathered whole)
+    head_params: int = 0  # the output projection (its own FSDP2 unit, kept gathered)
+    saves: bool = False  # a checkpoint is saved inside the run
+    async_save: bool = False
+    save_optimizer: bool = True
+    val_micro_batch: int = 0  # 0: no validation pass
+
+
+def _shards(x: EstimateInputs) -> tuple[int, int]:
+    """(divisor of dense parameters, divisor of expert parameters) on one rank."""
+    fsdp = x.dp_shard * x.cp if x.strategy in ("fsdp2", "megatron_fsdp") else 1
+    dense = fsdp * x.tp * x.pp
+    return dense, (x.ep * x.pp if x.ep > 1 else dense)
+
+
+def _held_trained(x: EstimateInputs) -> tuple[float, float]:
+    """(parameters held, parameters trained) on one rank; under LoRA only the adapters train."""
+    dense, expert = _shards(x)
+    held = (x.params - x.expert_params) / dense + x.expert_params / expert
+    return held, (held if x.lora_rank is None else x.trainable / dense)
+
+
+def _grad_bytes(x: EstimateInputs, trained: float) -> float:
+    copies = 2 if x.strategy == "ddp" and x.dp_shard * x.tp > 1 else 1  # DDP's buckets
+    return trained * x.param_bytes * copies
+
+
+def _tokens(x: EstimateInputs, micro_batch: int) -> int:
+    return micro_batch * math.ceil(x.seq_length / x.cp)
+
+
+def _layer_bytes(x: EstimateInputs, tokens: int) -> float:
+    """One decoder layer's saved activations."""
+    width = (
+        ACT_HIDDEN * x.hidden + (ACT_ATTENTION * x.attention_width + ACT_MLP * x.mlp_width) / x.tp
+    )
+    lora = ACT_LORA_FACTOR if x.lora_rank is not None else 1.0
+    return tokens * width * x.compute_bytes * lora
+
+
+def _logit_bytes(x: EstimateInputs, tokens: int, training: bool) -> float:
+    fp32 = LOGIT_FP32_BYTES_CHUNKED if x.chunked_loss else LOGIT_FP32_BYTES
+    per_entry = 2 * x.compute_bytes + fp32 if training else x.compute_bytes + 4
+    return tokens * x.vocab * per_entry / x.tp
+
+
+def activation_bytes(x: EstimateInputs) -> int:
+    """A training micro-batch's saved activations and logits, on one rank."""
+    tokens = _tokens(x, x.micro_batch)
+    per_layer = _layer_bytes(x, tokens)
+    layers = math.ceil(x.layers / x.pp)
+    inputs = tokens * x.hidden * x.compute_bytes  # what a checkpointed layer keeps
+    if x.activation_checkpointing in (True, "full"):
+        layer_total = layers * inputs + per_layer
+    elif x.activation_checkpointing == "selective":  # every second layer wrapped
+        kept = layers - layers // 2 - layers % 2
+        layer_total = kept * per_layer + (layers - kept) * inputs + per_layer
+    else:
+        layer_total = layers * per_layer
+    return int(layer_total + _logit_bytes(x, tokens, True))
+
+
+def _gathered_bytes(x: EstimateInputs) -> float:
+    """FSDP2's unsharded units beyond the local shards (none on one shard)."""
+    dense, _ = _shards(x)
+    if x.strategy != "fsdp2" or dense <= 1:
+        return 0.0
+    unit = (x.head_params or x.root_params) + x.layer_params
+    return FSDP_GATHERED * unit / x.tp * x.compute_bytes * (1 - 1 / dense)
+
+
+def _load_bytes(x: EstimateInputs, held: float) -> float:
+    """While the model loads: this rank's shards and one whole tensor being read, or (a
+    full load) the whole model, each tensor freed once FSDP2 made its shard from it."""
+    dense, _ = _shards(x)
+    if x.full_load:
+        return (LOAD_COPIES * x.params + x.largest_tensor) * x.param_bytes
+    return (held + x.largest_tensor * (1 + 1 / dense)) * x.param_bytes
+
+
+def _save_bytes(x: EstimateInputs, held: float, optimizer: float) -> float:
+    """A save: no gradients; one whole tensor gathered; an asynchronous save's CPU copies."""
+    gather = SAVE_GATHER_COPIES * x.largest_tensor * x.param_bytes
+    snapshot = 0.0
+    if x.async_save and x.accelerator != "cuda":  # the copies live in host memory
+        snapshot = x.params * x.param_bytes + (optimizer if x.save_optimizer else 0.0)
+    return held * x.param_bytes + optimizer + gather + snapshot
+
+
+def phase_peaks(x: EstimateInputs) -> dict[str, float]:
+    """Bytes one rank holds at the peak of each phase of the run (process overhead apart)."""
+    held, trained = _held_trained(x)
+    params, grads = held * x.param_bytes, _grad_bytes(x, trained)
+    optimizer = trained * x.param_bytes * x.optimizer_states
+    steady = params + grads + optimizer
+    phases = {
+        "load": _load_bytes(x, held),
+        "backward": steady + activation_bytes(x) + _gathered_bytes(x),
+        "optimizer step": steady + trained * x.param_bytes * OPTIMIZER_TEMPORARY,
+    }
+    if x.val_micro_batch:
+        tokens = _tokens(x, x.val_micro_batch)
+        val = _layer_bytes(x, tokens) + _logit_bytes(x, tokens, False) + _gathered_bytes(x) / 2
+        phases["validation"] = params + optimizer + val
+    if x.saves:
+        phases["save"] = _save_bytes(x, held, optimizer)
+    return phases
+
+
+def _process_bytes(x: EstimateInputs, peak: float) -> float:
+    """The process's own memory: CPU constants, or fragmentation on CUDA."""
+    if x.accelerator == "cuda":
+        return CUDA_FRAGMENTATION * peak
+    process = CPU_BASE_WORKSPACE + (CPU_FULL_LOAD_WORKSPACE if x.full_load else 0)
+    return process + (CPU_RANK_WORKSPACE if x.world_size > 1 else 0)
+
+
+def peak_phase(x: EstimateInputs) -> str:
+    """The phase that sets the run's peak."""
+    phases = phase_peaks(x)
+    return max(phases, key=lambda name: phases[name])
+
+
+def memory_per_rank(x: EstimateInputs) -> dict[str, int]:
+    """Bytes on one rank at the run's peak: params, grads, optimizer state, activations
+    (with the logits) and workspace (what the peak phase holds beyond them: gathered units,
+    load or save buffers, optimizer temporaries, the process's own), total."""
+    held, trained = _held_trained(x)
+    parts = {
+        "params": int(held * x.param_bytes),
+        "grads": int(_grad_bytes(x, trained)),
+        "optimizer": int(trained * x.param_bytes * x.optimizer_states),
+        "activations": activation_bytes(x),
+    }
+    peak = max(phase_peaks(x).values())
+    total = int(peak + _process_bytes(x, peak))
+    parts["workspace"] = max(0, total - sum(parts.values()))
+    parts["total"] = sum(parts.values())
+    return parts

@@ -1,0 +1,61 @@
+"""The memory model: a run's peak is its largest phase (load, backward, optimizer step,
+validation, save), each phase holding what the trainer holds then."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from jobs.recipe.plan import memory_model as mm
+
+# A 2-rank FSDP2 fp32 Llama-like model: 8 layers of hidden 512, vocab 32000, AdamW.
+BASE = mm.EstimateInputs(
+    params=60_000_000, expert_params=0, root_params=32_768_512, layer_params=3_400_000,
+    trainable=60_000_000, lora_rank=None, param_bytes=4, compute_bytes=4, optimizer_states=2,
+    hidden=512, attention_width=1536, mlp_width=1536, layers=8, vocab=32000, seq_length=256,
+    micro_batch=2, activation_checkpointing=False, chunked_loss=False, strategy="fsdp2",
+    dp_shard=2, tp=1, pp=1, cp=1, ep=1, accelerator="cpu", world_size=2, full_load=False,
+    largest_tensor=16_384_000, head_params=16_384_000,
+)  # fmt: skip
+
+
+def test_parts_add_up_to_the_total_and_cover_the_peak_phase():
+    memory = mm.memory_per_rank(BASE)
+    assert memory["total"] == sum(v for k, v in memory.items() if k != "total")
+    assert memory["total"] >= max(mm.phase_peaks(BASE).values())
+    assert memory["workspace"] >= mm.CPU_BASE_WORKSPACE
+
+
+def test_a_full_load_peaks_above_the_shard_only_load():
+    shard_only = mm.phase_peaks(BASE)["load"]
+    full = mm.phase_peaks(replace(BASE, full_load=True))["load"]
+    assert shard_only < BASE.params * BASE.param_bytes < full
+
+
+def test_save_and_validation_are_phases_only_when_the_run_has_them():
+    assert set(mm.phase_peaks(BASE)) == {"load", "backward", "optimizer step"}
+    both = mm.phase_peaks(replace(BASE, saves=True, val_micro_batch=2))
+    assert {"save", "validation"} <= set(both)
+    assert both["save"] < both["backward"]  # gradients are gone, one tensor gathered
+
+
+@pytest.mark.parametrize(("accelerator", "grows"), [("cpu", True), ("cuda", False)])
+def test_an_async_save_copies_the_whole_model_in_host_memory(accelerator, grows):
+    sync = replace(BASE, saves=True, accelerator=accelerator)
+    copied = mm.phase_peaks(replace(sync, async_save=True))["save"] - mm.phase_peaks(sync)["save"]
+    assert (copied >= BASE.params * BASE.param_bytes) is grows
+    assert copied >= 0
+
+
+def test_activation_checkpointing_and_lora_lower_the_backward():
+    backward = mm.phase_peaks(BASE)["backward"]
+    assert mm.phase_peaks(replace(BASE, activation_checkpointing=True))["backward"] < backward
+    lora = replace(BASE, lora_rank=8, trainable=500_000, full_load=True)
+    assert mm.phase_peaks(lora)["backward"] < backward
+    assert mm.peak_phase(lora) in mm.phase_peaks(lora)
+
+
+def test_more_shards_lower_every_phase_but_the_process():
+    two, four = mm.phase_peaks(BASE), mm.phase_peaks(replace(BASE, dp_shard=4, world_size=4))
+    assert all(four[name] < two[name] for name in two)
