@@ -33,6 +33,21 @@ SECTIONS: dict[str, RefusedSection] = {
         "repair the checkpoint's embedding rows before submitting and remove "
         "embedding_row_repair (or set embedding_row_repair.enabled: false)",
     ),
+    "separate_meshes": RefusedSection(
+        "AutoModel runs the distillation teacher on a device mesh of its own "
+        "(`teacher_distributed`: other tp, pp or cp sizes over the same ranks, each teacher "
+        "group gathering its students' batches)",
+        "tuneyard's trainer shards the teacher like the student (the student's data-parallel "
+        "mesh, no tp/pp/cp of its own), so it would not run the layout given",
+        "remove separate_meshes and teacher_distributed: the teacher is then sharded like the "
+        "student under FSDP2",
+    ),
+    "teacher_distributed": RefusedSection(
+        "AutoModel lays the distillation teacher out on its own tp, pp and cp sizes",
+        "tuneyard's trainer shards the teacher like the student, on the student's mesh",
+        "remove teacher_distributed (and separate_meshes): the teacher is sharded like the "
+        "student under FSDP2",
+    ),
     "tool_call_eval": RefusedSection(
         "AutoModel's tool-call accuracy evaluator generates answers during training (under "
         "FSDP2 only with run_on_fsdp2: true)",
@@ -62,7 +77,7 @@ def _section_notes(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldEr
         value = data.pop(name)
         if rule.warn_only:
             warnings.append(FieldError(name, f"accepted and ignored: {rule.what}; {rule.why}"))
-        elif value is None or (isinstance(value, dict) and value.get("enabled") is False):
+        elif value in (None, False) or (isinstance(value, dict) and value.get("enabled") is False):
             warnings.append(FieldError(name, "accepted and ignored: it is not enabled"))
         else:
             errors.append(FieldError(name, f"{rule.what}; {rule.why}", rule.fix))

@@ -18,6 +18,20 @@ def test_embedding_row_repair_is_refused_unless_disabled(validate, recipe):
     assert result.valid and any(w.loc == "embedding_row_repair" for w in result.warnings)
 
 
+def test_a_separate_teacher_mesh_is_refused_precisely(validate, recipe):
+    recipe["separate_meshes"] = True
+    recipe["teacher_distributed"] = {"strategy": "fsdp2", "dp_size": 1, "tp_size": 2}
+    result = validate(recipe)
+    mesh, layout = error_at(result, "separate_meshes"), error_at(result, "teacher_distributed")
+    assert "mesh of its own" in mesh.msg and "shards the teacher like the student" in mesh.msg
+    assert "remove separate_meshes and teacher_distributed" in mesh.fix
+    assert "remove teacher_distributed" in layout.fix
+    del recipe["teacher_distributed"]
+    recipe["separate_meshes"] = False
+    result = validate(recipe)
+    assert result.valid and any(w.loc == "separate_meshes" for w in result.warnings)
+
+
 def test_tool_call_eval_only_measures_so_it_is_a_warning(validate, recipe):
     recipe["tool_call_eval"] = {
         "_target_": "nemo_automodel.components.eval.tool_call_evaluator.ToolCallAccuracyEvaluator",
