@@ -5,13 +5,14 @@
 // "clone and edit" into the submit page.
 
 import { api, ApiError, itemsOf } from "./api.js";
-import { formatNumber, LineChart } from "./chart.js";
+import { LineChart } from "./chart.js";
 import { stepClock } from "./chart_data.js";
 import {
   attemptRows, failureOf, hyperparameters, kvHtml, memoryRows, progressRows, recipeHtml,
 } from "./job_facts.js";
 import { logPanel, logPanelHtml } from "./job_log.js";
-import { bytes, clock, esc, every, flash, setTitle, stateBadge } from "./util.js";
+import { bindOutputs, drawOutputs, outputsHtml } from "./job_outputs.js";
+import { clock, esc, every, flash, setTitle, stateBadge } from "./util.js";
 
 const MAX_POINTS = 800; // history is fetched downsampled to this; live points are appended
 const CHARTS = [
@@ -42,17 +43,24 @@ export function renderJob(view, jobId) {
   const pollJob = async () => {
     state.job = await api(`/v1/jobs/${jobId}`);
     drawHeader(view, state.job, state.train);
-    const [events, checkpoints] = await Promise.all([
-      api(`/v1/jobs/${jobId}/events`).then(itemsOf).catch(() => state.events),
-      api(`/v1/jobs/${jobId}/checkpoints`).then(itemsOf).catch(() => state.checkpoints),
-    ]);
-    state.events = events;
-    state.checkpoints = checkpoints;
-    drawEvents(view, events);
-    view.querySelector("#job-memory").innerHTML = kvHtml(memoryRows(state.job.plan, events), "data-memory");
-    drawCheckpoints(view, checkpoints);
+    state.events = await api(`/v1/jobs/${jobId}/events`).then(itemsOf).catch(() => state.events);
+    drawEvents(view, state.events);
+    view.querySelector("#job-memory").innerHTML = kvHtml(memoryRows(state.job.plan, state.events), "data-memory");
+    await pollOutputs();
     drawCharts(charts, state);
   };
+  // Checkpoints, exports, stored artifacts and deliveries change after the run ends too.
+  const pollOutputs = async () => {
+    if (!state.job) return;
+    const page = await api(`/v1/jobs/${jobId}/checkpoints`).catch(() => null);
+    const steps = (list) => list.map((c) => c.step).join();
+    if (page && steps(itemsOf(page)) !== steps(state.checkpoints)) {
+      state.checkpoints = itemsOf(page);
+      drawCharts(charts, state); // checkpoint markers on the loss chart
+    }
+    await drawOutputs(view, jobId, state.job, page);
+  };
+  bindOutputs(view, jobId, pollOutputs);
   const pollLogs = logPanel(view, jobId);
 
   view.querySelector("#actions").addEventListener("click", async (event) => {
@@ -70,6 +78,8 @@ export function renderJob(view, jobId) {
       if (state.job && state.job.terminal) state.finalDrawn = true;
     }),
     every(3000, pollLogs),
+    // Once the job has ended pollJob stops; exports and deliveries still change.
+    every(3000, () => (state.finalDrawn ? pollOutputs() : null)),
   ];
   return () => stops.forEach((stop) => stop());
 }
@@ -108,9 +118,7 @@ function skeleton(jobId) {
       <p class="muted" id="rows-note">Click a point of the loss chart to see the dataset rows that made that step.</p>
       <table id="step-rows"><thead><tr><th>Row</th><th>Id</th><th>Rank</th><th>Micro-batch</th><th>Tokens</th><th>Text</th></tr></thead>
       <tbody></tbody></table></div>
-    <div class="panel"><h2>Checkpoints</h2>
-      <table id="checkpoints"><thead><tr><th>Step</th><th>Path</th><th>Size</th><th>Loss</th><th>Saved</th></tr></thead>
-      <tbody></tbody></table></div>
+    ${outputsHtml()}
     ${logPanelHtml()}
     <dialog id="cancel-dialog" aria-labelledby="cancel-title">
       <form method="dialog"><h2 id="cancel-title">Cancel this job?</h2>
@@ -278,16 +286,6 @@ function drawEvents(view, events) {
       ${tag}<strong>${esc(what)}</strong>${step !== undefined && step !== null ? ` <span class="muted">step ${esc(step)}</span>` : ""}
       ${e.message ? ` <span class="muted">${esc(e.message)}</span>` : ""}</li>`;
   }).join("") : `<li class="muted">No events yet.</li>`;
-}
-
-function drawCheckpoints(view, checkpoints) {
-  const tbody = view.querySelector("#checkpoints tbody");
-  tbody.innerHTML = checkpoints.length ? checkpoints.map((c) => `<tr>
-    <td class="num">${esc(c.step)}</td><td class="mono">${esc(c.path)}</td>
-    <td class="num">${esc(bytes(c.size_bytes))}</td>
-    <td class="num">${esc(formatNumber(c.metrics?.loss ?? c.metrics?.val_loss))}</td>
-    <td>${esc(clock(c.created_at))}</td></tr>`).join("")
-    : `<tr><td colspan="5" class="muted">No checkpoints yet.</td></tr>`;
 }
 
 // Cancelling cannot be undone: ask first, naming what is lost.
