@@ -61,10 +61,15 @@ def artifacts(
     table = Table("name", "kind", "step", "size", "files", "sha256", "created", "key")
     for row in rows:
         cells = (
-            row["name"], row["kind"], "" if row.get("step") is None else str(row["step"]),
-            _size(int(row["size_bytes"])), str(row["files"]), row["sha256"][:12],
-            str(row["created_at"])[:19], row["key"],
-        )  # fmt: skip
+            row["name"],
+            row["kind"],
+            "" if row.get("step") is None else str(row["step"]),
+            _size(int(row["size_bytes"])),
+            str(row["files"]),
+            row["sha256"][:12],
+            str(row["created_at"])[:19],
+            row["key"],
+        )
         table.add_row(*(markup_safe(cell) for cell in cells))
     console().print(table if rows else "no stored artifacts")
 
@@ -148,8 +153,14 @@ def download(
         raise ClientError(
             f"cannot download from the store: {exc}; run download again", CliExitCode.UNREACHABLE
         ) from exc
-    summary = {"artifact": links["name"], "directory": str(out), "files": len(targets),
-               "size_bytes": links["size_bytes"], "sha256": links["sha256"], "verified": True}  # fmt: skip
+    summary = {
+        "artifact": links["name"],
+        "directory": str(out),
+        "files": len(targets),
+        "size_bytes": links["size_bytes"],
+        "sha256": links["sha256"],
+        "verified": True,
+    }
     if as_json:
         return print_json(summary)
     message = f"downloaded {printable(links['name'])} ({len(targets)} files, {_size(int(links['size_bytes']))})"

@@ -159,17 +159,26 @@ def store_directory(store: ArtifactStore, project: str, job_id: str, upload: Upl
     )
     manifest = stored.manifest
     record = ArtifactRecord(
-        job_id=job_id, kind=upload.kind, name=upload.name, step=upload.step, key=stored.url,
-        size_bytes=manifest.size, sha256=stored.manifest_sha256,
+        job_id=job_id,
+        kind=upload.kind,
+        name=upload.name,
+        step=upload.step,
+        key=stored.url,
+        size_bytes=manifest.size,
+        sha256=stored.manifest_sha256,
         files=[f.model_dump() for f in manifest.files],
-    )  # fmt: skip
+    )
     with session_scope() as session:
         record_artifact(session, record)
     log.info(
         "job %s: stored %s (%d files, %d bytes) in %.1fs at %s",
-        job_id, upload.name, len(manifest.files), manifest.size,
-        time.monotonic() - started, stored.url,
-    )  # fmt: skip
+        job_id,
+        upload.name,
+        len(manifest.files),
+        manifest.size,
+        time.monotonic() - started,
+        stored.url,
+    )
     return stored.url
 
 

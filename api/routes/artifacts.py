@@ -123,13 +123,19 @@ def download_artifact(
         raise ApiError(503, "unavailable", f"artifact {name} is not in the configured store")
     files = [
         ArtifactFileLink(
-            path=f["path"], size=f["size"], sha256=f["sha256"],
+            path=f["path"],
+            size=f["size"],
+            sha256=f["sha256"],
             url=store.presigned_url(f"{key}/{f['path']}", PRESIGN_SECONDS),
         )
         for f in row.files.get("files", [])
-    ]  # fmt: skip
+    ]
     expires = datetime.now(UTC) + timedelta(seconds=PRESIGN_SECONDS)
     return ArtifactDownload(
-        name=row.name, kind=row.kind, sha256=row.sha256, size_bytes=row.size_bytes,
-        expires_at=expires, files=files,
-    )  # fmt: skip
+        name=row.name,
+        kind=row.kind,
+        sha256=row.sha256,
+        size_bytes=row.size_bytes,
+        expires_at=expires,
+        files=files,
+    )

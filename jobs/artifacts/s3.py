@@ -122,9 +122,13 @@ class ArtifactStore:
             self._upload_file(directory / entry.path, f"{key}/{entry.path}", entry)
         body = manifest.to_bytes()
         self._call(
-            "put_object", Bucket=self.bucket, Key=manifest_key(key), Body=body,
-            ContentType="application/json", ChecksumAlgorithm="SHA256",
-        )  # fmt: skip
+            "put_object",
+            Bucket=self.bucket,
+            Key=manifest_key(key),
+            Body=body,
+            ContentType="application/json",
+            ChecksumAlgorithm="SHA256",
+        )
         return StoredArtifact(key, self.location.url(key), manifest, manifest.sha256())
 
     def _current_manifest(self, key: str) -> Manifest | None:

@@ -62,7 +62,7 @@ RULES: dict[tuple[ExportStatus, ExportStatus], Rule] = {
     (S.CANCELLING, S.CANCELLED): Rule("cancelled", _finish),
     (S.CANCELLING, S.SUCCEEDED): Rule("finished_before_cancel", _finish),
     (S.CANCELLING, S.FAILED): Rule("failed_while_cancelling", _finish),
-}  # fmt: skip
+}
 
 SETTABLE_FIELDS = frozenset(
     {"lease_owner", "lease_expires_at", "path", "size_bytes", "error_code", "error_message"}

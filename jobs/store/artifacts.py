@@ -39,10 +39,16 @@ def record_artifact(session: Session, record: ArtifactRecord) -> None:
     else:
         from sqlalchemy.dialects.sqlite import insert
     values = {
-        "job_id": record.job_id, "kind": record.kind, "name": record.name, "step": record.step,
-        "key": record.key, "size_bytes": record.size_bytes, "sha256": record.sha256,
-        "files": {"files": record.files}, "created_at": utcnow(),
-    }  # fmt: skip
+        "job_id": record.job_id,
+        "kind": record.kind,
+        "name": record.name,
+        "step": record.step,
+        "key": record.key,
+        "size_bytes": record.size_bytes,
+        "sha256": record.sha256,
+        "files": {"files": record.files},
+        "created_at": utcnow(),
+    }
     stmt = insert(Artifact).values(values)
     changed = ("step", "key", "size_bytes", "sha256", "files", "created_at")
     stmt = stmt.on_conflict_do_update(

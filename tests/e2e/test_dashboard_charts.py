@@ -13,46 +13,19 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
-import tempfile
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "artifacts" / "screenshots"
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 STEPS, TOKENS_PER_STEP, SECONDS_PER_STEP = 120, 128, 0.5
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()),
-        reason="needs /usr/bin/chromium and /usr/bin/chromedriver: "
-        "apt-get install -y chromium chromium-driver",
-    ),
-]
 pytest.importorskip("selenium", reason="needs the selenium package (pip)")
 
+from browser_kit import NEEDS_CHROMIUM, SHOTS, chromium, css, sign_in, wait_until  # noqa: E402
 from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
-
-def wait_until(check: Callable[[], object], timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except StaleElementReferenceException:
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+pytestmark = NEEDS_CHROMIUM
 
 
 def train_records(curve: Callable[[int], float], steps: int = STEPS) -> list[dict]:
@@ -141,35 +114,9 @@ def seeded(stack, valid_recipe) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def browser(stack) -> Iterator[webdriver.Chrome]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    profile = tempfile.mkdtemp(prefix="tuneyard-chromium-")
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--window-size=1400,1800",
-        f"--user-data-dir={profile}",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     SHOTS.mkdir(parents=True, exist_ok=True)
-    try:
-        driver.get(f"{stack.url}/login")
-        driver.execute_script(
-            "sessionStorage.setItem('tuneyard.apiKey', arguments[0]);", stack.api_key
-        )
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
-
-
-def css(driver, selector: str):
-    found = driver.find_elements(By.CSS_SELECTOR, selector)
-    return found[0] if found else None
+    with chromium() as driver:
+        yield sign_in(driver, stack)
 
 
 def plot(driver, selector: str, expression: str):

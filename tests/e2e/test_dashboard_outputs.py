@@ -9,31 +9,23 @@ artifacts/screenshots/16-job-outputs.png.
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
 pytest.importorskip("selenium", reason="needs the selenium package (pip)")
 
+from browser_kit import NEEDS_CHROMIUM, chromium, css, shot, sign_in, wait_until  # noqa: E402
+from selenium import webdriver  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from test_dashboard_pages import (  # noqa: E402, F401 - fixtures and helpers of the page tests
-    CHROMEDRIVER,
-    CHROMIUM,
-    browser,
-    css,
-    shot,
-    signed_in,
-    wait_until,
-)
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()),
-        reason="needs /usr/bin/chromium and /usr/bin/chromedriver: "
-        "apt-get install -y chromium chromium-driver",
-    ),
-]
+pytestmark = NEEDS_CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def signed_in(stack) -> Iterator[webdriver.Chrome]:
+    with chromium() as driver:
+        yield sign_in(driver, stack)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +60,7 @@ def finished_job(stack, valid_recipe) -> dict[str, str]:
 
 def test_the_job_page_shows_kept_and_deleted_checkpoints_exports_and_deliveries(
     stack,
-    signed_in,  # noqa: F811 - the fixture imported above
+    signed_in,
     finished_job,
 ) -> None:
     driver, job_id = signed_in, finished_job["job"]

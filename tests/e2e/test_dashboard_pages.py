@@ -11,31 +11,19 @@ dashboard tests. Screenshots go to artifacts/screenshots/.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-SHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()),
-        reason="needs /usr/bin/chromium and /usr/bin/chromedriver: "
-        "apt-get install -y chromium chromium-driver",
-    ),
-]
 pytest.importorskip("selenium", reason="needs the selenium package (pip)")
 
+from browser_kit import NEEDS_CHROMIUM, chromium, css, shot, sign_in, wait_until  # noqa: E402
 from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select  # noqa: E402
+
+pytestmark = NEEDS_CHROMIUM
 
 PLAN_RECIPE = """\
 step_scheduler: {max_steps: 40, global_batch_size: 4, log_interval: 1}
@@ -53,53 +41,15 @@ optimizer:
 """
 
 
-def wait_until(check: Callable[[], object], timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except StaleElementReferenceException:
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def css(driver, selector: str):
-    found = driver.find_elements(By.CSS_SELECTOR, selector)
-    return found[0] if found else None
-
-
-def shot(driver, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(SHOTS / f"{name}.png"))
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[webdriver.Chrome]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    profile = tempfile.mkdtemp(prefix="tuneyard-chromium-")
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--window-size=1400,1800",
-                 f"--user-data-dir={profile}"):  # fmt: skip
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def signed_in(stack, browser) -> webdriver.Chrome:
-    browser.get(f"{stack.url}/login")
-    browser.execute_script(
-        "sessionStorage.setItem('tuneyard.apiKey', arguments[0]);", stack.api_key
-    )
-    return browser
+    return sign_in(browser, stack)
 
 
 def _project_id(session) -> int:
