@@ -67,7 +67,15 @@ class Drip:
     def answer(self) -> tuple[bytes, float]:
         """Everything the server sent until it closed, and when it closed (seconds)."""
         chunks = []
-        while chunk := self.sock.recv(65536):
+        while True:
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError:
+                # The server closed while bytes were still dripping in: TCP answers those
+                # bytes with a reset, which can reach us after the answer we already hold.
+                break
+            if not chunk:
+                break
             chunks.append(chunk)
         closed_after = time.monotonic() - self.started
         self.sock.close()
