@@ -8,7 +8,8 @@ virtual stages (two per rank by default) placed round-robin for the looped ones
 sharded on this pp rank's sub-meshes in `trainer.parallelize`'s order (tensor parallel,
 activation checkpointing, FSDP2 per layer and the stage as root) and wrapped in a
 `PipelineStage`. The pruned model keeps this rank's parameters under their full-model
-names: it is what the optimizer steps and the checkpoint saves.
+names: it is what the optimizer steps and the checkpoint saves. A LoRA model is split
+through its base model; the adapters travel inside the stages' layers.
 
 `train_step` is the fine-tuning step under PP: each data-loader batch is one schedule
 step of `local_batch_size / pp_microbatch_size` micro-batches, and the last stage's loss
@@ -161,18 +162,21 @@ def build_pipeline(
     schedule = layout.pipeline
     if layout.strategy != "fsdp2" or schedule is None:
         raise unsupported("distributed.pp_size > 1 needs strategy: fsdp2")
-    plan = hooks.parallel_plan(model)  # the family's plan, found before pruning
-    refusal = row_refusal(model, layout)
+    # A LoRA model is split through its base: the PeftModel shares the pruned modules, so
+    # it keeps exactly this rank's adapters (and frozen base weights) under its own names.
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    plan = hooks.parallel_plan(base)  # the family's plan, found before pruning
+    refusal = row_refusal(base, layout)
     if refusal:
         raise unsupported(refusal)
-    layers = getattr(getattr(model, "model", None), "layers", None)
+    layers = getattr(getattr(base, "model", None), "layers", None)
     if layers is None:
-        raise data_error(f"model: {type(model).__name__} has no model.layers to split")
+        raise data_error(f"model: {type(base).__name__} has no model.layers to split")
     num_stages, stage_ids, ranges = stage_layout(
         schedule.schedule, topology.pp_size, topology.pp_rank, len(layers), schedule.section
     )
     try:
-        model, stages = split_model(model, stage_ids, ranges)
+        _, stages = split_model(base, stage_ids, ranges)
     except ValueError as exc:
         raise data_error(f"model: {exc}; or set distributed.pp_size: 1") from None
     model.to(device)

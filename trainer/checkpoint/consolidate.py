@@ -278,18 +278,44 @@ def save_lora_adapter(
     `base_model` is written as `base_model_name_or_path`, the model
     `AutoPeftModelForCausalLM` loads under the adapter.
     """
-    from peft import get_peft_model_state_dict
+    gathered = gather_adapter_tensors(peft_model, keep=is_rank0)
+    if is_rank0:
+        write_lora_adapter(
+            peft_model, peft_adapter_state(peft_model, gathered), out_dir, base_model
+        )
 
+
+def gather_adapter_tensors(peft_model: nn.Module, keep: bool) -> dict[str, torch.Tensor]:
+    """The adapter's tensors (LoRA's and `modules_to_save`), whole, on the CPU; every rank
+    joins each gather, and only a rank that `keep`s gets them back."""
     gathered: dict[str, torch.Tensor] = {}
     for name, tensor in peft_model.state_dict().items():
         if "lora_" in name or "modules_to_save" in name:
             full = _full(tensor)
-            if is_rank0:
+            if keep:
                 gathered[name] = full.detach().to("cpu").contiguous()
-    if not is_rank0:
-        return
+    return gathered
+
+
+def peft_adapter_state(
+    peft_model: nn.Module, gathered: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """Gathered tensors under PEFT's saved names (the adapter name dropped). PEFT keeps
+    only the tensors of modules `peft_model` holds: a pipeline stage converts its own."""
+    from peft import get_peft_model_state_dict
+
+    return get_peft_model_state_dict(peft_model, state_dict=gathered)
+
+
+def write_lora_adapter(
+    peft_model: nn.Module,
+    adapter: dict[str, torch.Tensor],
+    out_dir: Path,
+    base_model: str | None = None,
+) -> None:
+    """`adapter_model.safetensors` and `adapter_config.json` from an adapter state (PEFT's
+    saved names), in the Hugging Face class's layout."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    adapter = get_peft_model_state_dict(peft_model, state_dict=gathered)
     config = copy.copy(peft_model.peft_config["default"])  # the live model's stays untouched
     adapter, config = lora_adapter_to_hf(peft_model, adapter, config)
     entries = [TensorEntry.of(name, tensor) for name, tensor in adapter.items()]

@@ -96,12 +96,20 @@ def snapshot_model_dir(run: TrainingRun, staging: Path) -> Callable[[], None] | 
 def _save_adapter(run: TrainingRun, staging: Path) -> None:
     is_rank0, base = run.env.is_rank0, base_model_reference(run.recipe.model)
     saved_here = base is None
+    staged = run.pipeline is not None  # each pp rank holds only its stages' tensors
     if saved_here:
         base_dir = staging / BASE_MODEL_DIR
-        consolidate.save_lora_base_model(run.model, base_dir, is_rank0)
+        if staged:
+            stage_export.save_pipeline_lora_base(run.model, base_dir, run.topology, is_rank0)
+        else:
+            consolidate.save_lora_base_model(run.model, base_dir, is_rank0)
         _save_tokenizer(run.tokenizer, base_dir, is_rank0)
         base = str(run.checkpoints.final_dir(run.step) / BASE_MODEL_DIR)
-    consolidate.save_lora_adapter(run.model, staging / "model", is_rank0, base_model=base)
+    out_dir = staging / "model"
+    if staged:
+        stage_export.save_pipeline_adapter(run.model, out_dir, run.topology, is_rank0, base)
+    else:
+        consolidate.save_lora_adapter(run.model, out_dir, is_rank0, base_model=base)
     if is_rank0:
         write_adapter_readme(staging / "model", str(base), saved_here)
 

@@ -8,7 +8,9 @@ stage's ranks gather their DTensors one at a time exactly as `consolidate` does 
 rank of a stage joins each `full_tensor`), and one rank per stage writes that stage's
 files. Rank 0 then writes `model.safetensors.index.json` over all of them, `config.json`
 and `generation_config.json`. No rank holds more than one full tensor at a time, and no
-weights cross stage boundaries.
+weights cross stage boundaries. A LoRA run's adapter (`save_pipeline_adapter`) is small:
+each stage's writer sends its adapter tensors to rank 0, which writes one PEFT adapter;
+its frozen base (a model built from a config) is saved stage by stage as above.
 """
 
 from __future__ import annotations
@@ -27,9 +29,14 @@ from models.common.safetensors_io import (
 )
 from trainer.checkpoint.consolidate import (
     DEFAULT_MAX_SHARD_BYTES,
+    Rename,
     _hf_layout,
+    _lora_base_name,
     _unique_state,
     _write_config,
+    gather_adapter_tensors,
+    peft_adapter_state,
+    write_lora_adapter,
     write_shard_files,
 )
 from trainer.distributed import Topology, barrier
@@ -62,13 +69,15 @@ def save_pipeline_model(
     is_rank0: bool,
     generation_config: Any = None,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    rename: Rename | None = None,
 ) -> None:
     """Write this rank's stages of `model` into the shared consolidated directory.
 
-    Every rank calls; one rank per stage writes (`is_stage_writer`).
+    Every rank calls; one rank per stage writes (`is_stage_writer`). `rename` maps each
+    name to the one written, or to None to leave the tensor out (a LoRA model's base).
     """
     pp_rank, writes = topology.pp_rank, is_stage_writer(topology)
-    items = _unique_state(model)
+    items = _unique_state(model, rename)
     entries, source = _hf_layout(model, items)
     shards = plan_shards(entries, max_shard_bytes) if entries else []
     plans = _all_plans(pp_rank, writes, shards)
@@ -83,4 +92,33 @@ def save_pipeline_model(
         write_index(out_dir, all_shards)
         every_entry = [entry for shard in all_shards for entry in shard]
         _write_config(model, out_dir, every_entry, generation_config)
+    barrier()
+
+
+def save_pipeline_lora_base(
+    peft_model: nn.Module, out_dir: Path, topology: Topology, is_rank0: bool
+) -> None:
+    """The frozen base under a pipeline-split PEFT model, as one Hugging Face directory."""
+    base = peft_model.get_base_model()
+    save_pipeline_model(base, out_dir, topology, is_rank0, rename=_lora_base_name)
+
+
+def save_pipeline_adapter(
+    peft_model: nn.Module,
+    out_dir: Path,
+    topology: Topology,
+    is_rank0: bool,
+    base_model: str | None = None,
+) -> None:
+    """One PEFT adapter from every stage's adapters: each stage's writer gathers its own
+    (small) tensors under PEFT's names and sends them to rank 0, which writes the adapter
+    directory."""
+    writes = is_stage_writer(topology)
+    mine = gather_adapter_tensors(peft_model, keep=writes)
+    state = peft_adapter_state(peft_model, mine) if writes else None
+    every: list[Any] = [None] * dist.get_world_size() if is_rank0 else []
+    dist.gather_object(state, every if is_rank0 else None, dst=0)
+    if is_rank0:
+        merged = {name: t for part in every if part for name, t in part.items()}
+        write_lora_adapter(peft_model, merged, out_dir, base_model)
     barrier()

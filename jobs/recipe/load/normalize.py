@@ -63,6 +63,7 @@ from jobs.recipe.sections.kd import (
 from jobs.recipe.sections.neftune import check_neftune
 from jobs.recipe.sections.quantization import check_quantization
 from jobs.recipe.sections.retention import check_keep_best
+from jobs.recipe.sections.tokenizer_source import tokenizer_errors
 from jobs.recipe.sections.trackers import check_trackers
 from jobs.recipe.sections.values import (
     check_dataset_values,
@@ -385,5 +386,5 @@ def normalize_recipe(
         errors += expert_parallel_config_errors(info.config, out["distributed"], out.get("model"))
         errors += pipeline_config_errors(info.config, out["distributed"])
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)
-    errors += check_keep_best(out)
+    errors += check_keep_best(out) + tokenizer_errors(out)
     return out, setup, info, errors, warnings

@@ -7,7 +7,7 @@ or could not run: the V-shaped schedules (their stage placement is not wired) an
 zero-bubble ones (their split weight gradients are wrong with FSDP2 stages), a local
 batch that does not split into whole micro-batches or into as many as the schedule needs,
 and the features not proven with stages (sequence parallelism, whose sequence-sharded
-activations would cross stage boundaries as DTensors; LoRA; experts; distillation;
+activations would cross stage boundaries as DTensors; experts; distillation;
 compile; asynchronous checkpoints; packed rows; the Hugging Face model classes, which
 the stage split does not know). `pipeline_config_errors` checks the model's config:
 its decoder layers must split into the stages (`stage_count`, the one definition of how
@@ -111,7 +111,6 @@ def _conflicts(recipe: dict[str, Any], distributed: dict[str, Any]) -> list[tupl
             parallel_size(distributed, "ep_size") > 1,
             f"expert parallelism {NOT_WIRED}",
         ),
-        ("peft", recipe.get("peft") is not None, f"LoRA {NOT_WIRED}"),
         ("recipe", recipe.get("recipe") == "llm_kd", f"distillation {NOT_WIRED}"),
         (
             "compile.enabled",

@@ -53,10 +53,11 @@ def test_mp_policy_target_is_the_policy(validate, recipe):
     assert result.typed.topology.options["mp_policy"]["reduce_dtype"] == "float32"
 
 
-def test_a_transformers_config_class_is_a_config_mapping(validate, recipe):
+def test_a_transformers_config_class_is_a_config_mapping(validate, recipe, model_dir):
     config = {k: v for k, v in TINY_LLAMA_CONFIG.items() if k != "model_type"}
     recipe["model"] = {"_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_config",
                        "config": {"_target_": "transformers.LlamaConfig", **config}}  # fmt: skip
+    recipe["dataset"]["tokenizer_name_or_path"] = str(model_dir)  # an inline config has none
     result = validate(recipe)
     assert result.valid, [str(e) for e in result.errors]
     assert result.recipe["model"]["config"]["model_type"] == "llama"

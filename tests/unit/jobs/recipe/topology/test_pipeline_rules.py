@@ -48,8 +48,16 @@ def test_a_family_without_pp_keeps_its_capability_error(validate, recipe, data_r
     assert err.fix == "set distributed.pp_size: 1"
 
 
+def test_lora_with_pipeline_stages_validates(validate, recipe, data_root):
+    """The adapters travel inside the stages' layers (tests/integration/trainer/
+    test_lora_pipeline_runs.py proves the run equal to a 1-process LoRA run)."""
+    recipe = pp_recipe(recipe, data_root)
+    recipe["peft"] = {"dim": 4, "match_all_linear": True}
+    result = validate(recipe, nproc_per_node=2)
+    assert result.valid, [str(e) for e in result.errors]
+
+
 CONFLICTS = [
-    ({"peft": {"dim": 4}}, "peft"),
     ({"distributed": {"tp_size": 2, "sequence_parallel": True}}, "distributed.sequence_parallel"),
     ({"checkpoint": {"is_async": True}}, "checkpoint.is_async"),
     ({"compile": {"enabled": True}}, "compile.enabled"),

@@ -78,7 +78,7 @@ CASES = [
     ({"distributed": {"strategy": "ddp", "tp_size": 2}}, 2, "distributed.tp_size"),
     ({"distributed": {"strategy": "ddp", "ep_size": 2}}, 2, "distributed.ep_size"),
     ({"distributed": {"strategy": "fsdp2", "ep_size": 2, "tp_size": 2}}, 4, "distributed.ep_size"),
-    ({"distributed": {"strategy": "fsdp2", "pp_size": 2}, "peft": {"dim": 4}}, 2, "peft"),
+    ({"distributed": {"strategy": "fsdp2", "pp_size": 2}, "checkpoint": {"is_async": True}}, 2, "checkpoint.is_async"),
     ({"distributed": {"strategy": "fsdp2", "cp_size": 2}, "compile": {"enabled": True}}, 2, "compile.enabled"),
     ({"distributed": {"strategy": "megatron_fsdp"}}, 1, "distributed.strategy"),
     ({"peft": {"dim": 4, "use_dora": True}, "distributed": {"strategy": "fsdp2", "tp_size": 2}}, 2, "distributed.tp_size"),
