@@ -310,6 +310,12 @@ class CheckpointPublic(BaseModel):
         description="Why retention keeps it: latest, best <metric> #<rank>, last <N>, "
         "resumable, or that nothing limits retention; empty: the next save may delete it.",
     )
+    evicted_at: datetime | None = Field(
+        None, description="When its local copy was evicted; the artifact store holds it."
+    )
+    stored_only: bool = Field(
+        False, description="Only the artifact store holds it (the local copy was evicted)."
+    )
 
 
 class CheckpointsPublic(BaseModel):

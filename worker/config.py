@@ -35,6 +35,9 @@ class WorkerConfig(BaseSettings):
     redispatch_grace_seconds: float = 30.0  # queued this long without a claim -> re-send
     reconcile_seconds: float = 5.0
     retention_seconds: float = 300.0  # how often the scheduler applies retention policies
+    # With an artifact store: hours after its job finished that a stored checkpoint's local
+    # copy stays as a cache before the scheduler evicts it (0: as soon as it is stored).
+    checkpoint_cache_hours: float = Field(24.0, ge=0)
     rendezvous_host: str = ""  # address other nodes reach this one at; default hostname
     cpu_ranks: int = 0  # CPU ranks this worker offers; 0 = os.cpu_count()
     gpu_wait_seconds: float = 30.0  # a CUDA job waits this long for its GPU slice, then re-queues

@@ -10,7 +10,10 @@ grace period). On exit 0 `publish_export` renames the staging directory to
 `<run_dir>/exports/<id>/`, the one place a finished export becomes visible; with an
 artifact store configured the worker then uploads it (`worker.artifact_uploads.store_export`,
 manifest last) before the export is settled, so a `succeeded` export is in the store. A
-failed upload is a crash: the export is retried. It is settled by
+failed upload is a crash: the export is retried. A checkpoint whose local copy was evicted
+(only the store holds it) is first downloaded, verified, into
+`<run_dir>/exports/.source_<id>/` under the lease, exported from there and removed after;
+a failed download is a crash too. It is settled by
 `jobs.orchestration.export_states`. A worker that dies stops renewing; the reconciler
 (`worker.export_reconcile`) then re-queues the export for another attempt.
 """
@@ -41,7 +44,12 @@ from jobs.store.log_context import log_context
 from jobs.store.queries import is_job_id
 from jobs.store.status import ExportStatus
 from jobs.store.tables import Export, Job
-from worker.artifact_uploads import store_export
+from worker.artifact_uploads import (
+    RestoreFailed,
+    fetch_evicted_checkpoint,
+    store_export,
+    while_renewing,
+)
 from worker.celery_app import app
 from worker.config import WorkerConfig, get_worker_config
 from worker.launcher import PACKAGES_ROOT
@@ -52,6 +60,7 @@ log = logging.getLogger("tuneyard.worker")
 
 EXPORTS_DIR = "exports"
 STAGING_PREFIX = ".staging_"
+SOURCE_PREFIX = ".source_"  # an evicted checkpoint, downloaded for the export's run
 
 
 def export_dir(run_dir: Path, export_id: str) -> Path:
@@ -114,7 +123,21 @@ def execute_export(export_id: str, config: WorkerConfig) -> str:
     shutil.rmtree(staging, ignore_errors=True)
     staging.parent.mkdir(parents=True, exist_ok=True)
     log_path = staging.parent / f".{export_id}.{attempt}.log"
-    code = _run(command, log_path, export_id, worker, attempt, config)
+    source = staging.parent / (SOURCE_PREFIX + export_id)
+    try:
+        fetched = _fetch_evicted(export_id, source, worker, attempt, config)
+    except RestoreFailed:
+        return "lease_lost"
+    except (StoreError, ManifestError, OSError) as exc:
+        shutil.rmtree(source, ignore_errors=True)
+        problem = f"the evicted checkpoint could not be fetched from the artifact store: {exc}"
+        return _settle(export_id, attempt, ExitCode.CRASH, problem)
+    if fetched is not None:
+        command[command.index("--checkpoint") + 1] = str(fetched)
+    try:
+        code = _run(command, log_path, export_id, worker, attempt, config)
+    finally:
+        shutil.rmtree(source, ignore_errors=True)
     if code is None:
         return "lease_lost"
     detail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
@@ -126,6 +149,24 @@ def execute_export(export_id: str, config: WorkerConfig) -> str:
     if problem:
         return _settle(export_id, attempt, ExitCode.CRASH, problem)
     return _settle(export_id, attempt, 0, detail, path=str(final), size_bytes=size)
+
+
+def _fetch_evicted(
+    export_id: str, target: Path, worker: str, attempt: int, config: WorkerConfig
+) -> Path | None:
+    """Download the export's checkpoint into `target` when its local copy was evicted, the
+    lease renewed meanwhile; None when the local copy is there. RestoreFailed: the lease
+    was lost."""
+    with session_scope() as session:
+        export = session.get(Export, export_id)
+        job_id, step = (export.job_id, export.step) if export else ("", 0)
+    if not job_id:
+        return None
+    return while_renewing(
+        lambda: fetch_evicted_checkpoint(job_id, step, target),
+        lambda: _renew(export_id, worker, attempt, config) is not None,
+        config.poll_seconds,
+    )
 
 
 def _store(export_id: str, final: Path) -> str | None:

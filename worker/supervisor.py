@@ -336,6 +336,8 @@ class AttemptSupervisor:
         if self.uploads is not None:
             self.uploads.submit_checkpoints([record for _, record in events])
         record_trainer_deletions(session, job, [record for _, record in events])
+        if self.uploads is not None:  # their stored copies go too, after queued uploads
+            self.uploads.submit_deletions([record for _, record in events])
         for offset, record in events:
             if offset >= self.state.events_launch_offset and is_outcome_event(record):
                 self.state.last_outcome_event = record

@@ -2,7 +2,8 @@
 
 `GET /v1/jobs/{job_id}/artifacts` lists what the workers stored completely (checkpoints by
 step, then exports), read from the `artifacts` rows: an upload whose manifest is not
-written has no row and is not listed. `GET /v1/jobs/{job_id}/artifacts/{name}/download`
+written has no row and is not listed, nor is a checkpoint retention deleted (from the
+moment its deletion is recorded, while its objects leave the store). `GET /v1/jobs/{job_id}/artifacts/{name}/download`
 answers a presigned GET URL for every file of one artifact, with its size and SHA-256 to
 check the download against, valid `PRESIGN_SECONDS`. Signing is local (no call to the
 store). Both are scoped to the caller's project like every job lookup: another project's

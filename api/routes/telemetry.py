@@ -230,14 +230,15 @@ def get_job_logs(
 )
 def list_job_checkpoints(job_id: str, principal: Reader, session: SessionDep) -> CheckpointsPublic:
     """The checkpoints that exist, ascending by step, with the metrics at that step and why
-    retention keeps each; then those retention deleted, with when and why."""
+    retention keeps each (`stored_only` once its local copy was evicted to the artifact
+    store); then those retention deleted, with when and why."""
     job = find_job(session, principal, job_id)
     rows = retention.existing_checkpoints(session, [job.id])
     restore = retention.restore_targets(session, job.project_id)
     reasons = retention.kept_because(job, rows, restore)
     data = [
         CheckpointPublic.model_validate(c, from_attributes=True).model_copy(
-            update={"kept_because": reasons[c.step]}
+            update={"kept_because": reasons[c.step], "stored_only": c.evicted_at is not None}
         )
         for c in rows
     ]

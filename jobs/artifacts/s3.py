@@ -12,6 +12,10 @@ SHA-256 is not sent again, and the manifest goes last; a changed artifact loses 
 manifest first, so a reader never sees files and a manifest that disagree as complete. A
 download writes into a `.partial` directory, checks every file against the manifest and
 only then renames it into place.
+
+A delete is the upload in reverse: the manifest goes first, so the artifact stops being
+complete at once, then every object under the key, listed and deleted in batches; a key
+already gone is deleted all the same.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from jobs.artifacts.manifest import (
 from jobs.recipe.paths.stored import StoreLocation, parse_store
 
 MULTIPART_BYTES = 64 * 1024 * 1024
+DELETE_BATCH = 1000  # the most keys one DeleteObjects request may name
 PRESIGN_SECONDS = 900  # a download link lives 15 minutes
 SHA_META = "sha256"  # x-amz-meta-sha256: the object's whole-file SHA-256, hex
 
@@ -188,6 +193,46 @@ class ArtifactStore:
         if file_sha256(path) != entry.sha256:
             path.unlink()
             raise ManifestError(f"{object_key}: SHA-256 differs from the manifest")
+
+    # ---- deleting ---------------------------------------------------------------------
+    def delete(self, key: str) -> int:
+        """Remove the artifact at `key`: its manifest first, then every object under it;
+        how many objects were deleted. A missing key is not an error."""
+        self._call("delete_object", Bucket=self.bucket, Key=manifest_key(key))
+        deleted = 0
+        paginator = self._call("get_paginator", "list_objects_v2")
+        pages = paginator.paginate(Bucket=self.bucket, Prefix=key + "/")
+        batch: list[dict[str, str]] = []
+        for page in self._pages(pages):
+            for item in page.get("Contents", []):
+                batch.append({"Key": item["Key"]})
+                if len(batch) == DELETE_BATCH:
+                    deleted += self._delete_batch(batch)
+                    batch = []
+        if batch:
+            deleted += self._delete_batch(batch)
+        return deleted
+
+    def _pages(self, pages: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield from pages
+        except (BotoCoreError, ClientError) as exc:
+            raise StoreError(f"list {self.location.url('')}: {exc}") from exc
+
+    def _delete_batch(self, batch: list[dict[str, str]]) -> int:
+        answer = self._call(
+            "delete_objects", Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True}
+        )
+        errors = [e for e in answer.get("Errors", []) if str(e.get("Code")) != "NoSuchKey"]
+        if errors:
+            first = errors[0]
+            raise StoreError(
+                f"delete {self.location.url(first.get('Key', ''))}: {first.get('Code')} "
+                f"{first.get('Message', '')} ({len(errors)} of {len(batch)} objects not deleted)"
+            )
+        return len(batch)
 
     # ---- boto3 ------------------------------------------------------------------------
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:

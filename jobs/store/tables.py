@@ -288,6 +288,8 @@ class Checkpoint(Base):
     size_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Set when the local copy was evicted (only the artifact store holds it); not a deletion.
+    evicted_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class Worker(Base):
@@ -492,3 +494,4 @@ class Artifact(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     files: Mapped[dict[str, Any]] = mapped_column(default=dict)  # {"files": [...]}
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    deleted_at: Mapped[datetime | None] = mapped_column(default=None)  # gone from the store

@@ -73,7 +73,7 @@ export async function drawOutputs(view, jobId, job, checkpointPage) {
 function drawCheckpoints(view, page) {
   const kept = itemsOf(page), deleted = page?.deleted || [];
   view.querySelector("#checkpoints tbody").innerHTML = kept.length ? kept.map((c) => `<tr data-step="${esc(c.step)}">
-    <td class="num">${esc(c.step)}</td><td>${esc((c.kept_because || []).join(", ") || "–")}</td>
+    <td class="num">${esc(c.step)}${c.stored_only ? ` <span class="muted" title="its local copy was evicted: the artifact store holds it">stored only</span>` : ""}</td><td>${esc((c.kept_because || []).join(", ") || "–")}</td>
     <td class="num">${esc(bytes(c.size_bytes))}</td>
     <td class="num">${esc(formatNumber(c.metrics?.val_loss ?? c.metrics?.loss))}</td>
     <td>${esc(clock(c.created_at))}</td></tr>`).join("")

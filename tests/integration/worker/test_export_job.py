@@ -3,8 +3,9 @@ steps; a merged export of its checkpoint (requested with `tuneyard export --wait
 served API, sharded small so the index is written) loads in `transformers` with the logits
 of peft's base-plus-adapter model; a running export is cancelled; an adapter-only export of the same checkpoint whose worker
 died mid-way is re-queued by the reconciler and finished on a second attempt (one trained
-job serves all three: training is most of the time). The worker runs with the artifact store
-(SeaweedFS): a succeeded export is in the bucket, with every file its manifest lists."""
+job serves all four: training is most of the time). The worker runs with the artifact store
+(SeaweedFS): a succeeded export is in the bucket, with every file its manifest lists; once
+the checkpoint's local copy is evicted, an export of it is fetched from the store."""
 
 from __future__ import annotations
 
@@ -133,6 +134,7 @@ def test_merged_export_logits_cancel_and_retry_through_the_worker(
         assert not torch.allclose(logits_of(reference, input_ids), expected, atol=1e-4)
     assert_a_running_export_is_cancelled(procs, job)
     assert_a_lost_workers_export_is_retried(procs, job_id)
+    assert_an_evicted_checkpoint_is_fetched_for_its_export(procs, job)
 
 
 def assert_stored(s3_server: Any, row: Any, out: Path) -> None:
@@ -191,3 +193,27 @@ def assert_a_lost_workers_export_is_retried(procs, job_id: str) -> None:
     out = Path(row.path)
     assert json.loads((out / "export.json").read_text())["dtype"] == "bfloat16"
     assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
+
+
+def assert_an_evicted_checkpoint_is_fetched_for_its_export(procs, job: Any) -> None:
+    """With the local copy of step 4 evicted by the retention pass (the job is finished and
+    the checkpoint stored), an export downloads it from the store, succeeds and leaves no
+    downloaded copy behind."""
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+    from worker.config import WorkerConfig
+    from worker.retention import apply_retention_once
+
+    step_4 = Path(job.run_dir) / "checkpoints" / "step_4"
+    report = apply_retention_once(config=WorkerConfig(checkpoint_cache_hours=0))
+    assert (job.id, 4) in report.evicted, report
+    assert step_4.is_dir() and not any(step_4.iterdir())
+    with TestClient(create_app()) as client:
+        body = {"step": 4, "merge_lora": False, "dtype": "bfloat16"}
+        export_id = client.post(f"/v1/jobs/{job.id}/exports", json=body).json()["id"]
+    row = wait_for(lambda: settled(export_id), 90, "the evicted checkpoint's export", procs)
+    assert row.status == "succeeded", (row.error_message, procs.logs())
+    assert (Path(row.path) / "adapter_model.safetensors").is_file()
+    assert not list((Path(job.run_dir) / "exports").glob(".source_*"))
+    assert not any(step_4.iterdir())  # still evicted: the download was the export's own

@@ -1,6 +1,8 @@
 """The artifact store against a real SeaweedFS: a directory goes up with its manifest last
 (multipart for big files, resumable, idempotent), comes down verified, and an upload without
-its manifest, or an object changed behind the manifest's back, is never taken as complete."""
+its manifest, or an object changed behind the manifest's back, is never taken as complete;
+a delete removes the manifest before any object, every object in batches, and again is a
+no-op."""
 
 from __future__ import annotations
 
@@ -137,3 +139,48 @@ def test_a_presigned_url_downloads_without_credentials(store, tmp_path) -> None:
     url = store.presigned_url(f"{key}/trainer_state.json", seconds=60)
     assert httpx.get(url).content == b'{"step": 2}'
     assert httpx.get(url.replace("Signature=", "Signature=x")).status_code == 403
+
+
+class OrderCheckingClient(CountingClient):
+    """A real boto3 client that, at each batch delete, reads back whether the manifest is
+    already gone (what a reader would see mid-delete)."""
+
+    def __init__(self, client, bucket: str, manifest: str) -> None:
+        super().__init__(client)
+        self.bucket, self.manifest, self.batches = bucket, manifest, []
+
+    def delete_objects(self, **kwargs):
+        listed = self._client.list_objects_v2(Bucket=self.bucket, Prefix=self.manifest)
+        self.batches.append((len(kwargs["Delete"]["Objects"]), listed.get("KeyCount", 0)))
+        return self._client.delete_objects(**kwargs)
+
+
+def test_delete_removes_the_manifest_first_then_every_object_in_batches(
+    s3_server, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr(s3_module, "DELETE_BATCH", 2)
+    location = StoreLocation(s3_server.bucket, f"t-{uuid.uuid4().hex[:8]}")
+    key = f"{location.prefix}/ckpt/step_2"
+    client = OrderCheckingClient(s3_server.client(), s3_server.bucket, manifest_key(key))
+    store = ArtifactStore(location, client)
+    source = _checkpoint(tmp_path / "step_2")
+    for name in ("a", "b", "c"):
+        (source / name).write_text(name)
+    _upload(store, source, key)
+    neighbour = f"{location.prefix}/ckpt/step_20"  # shares the key's first characters
+    _upload(store, source, neighbour)
+
+    assert store.delete(key) == 5
+    assert client.batches == [(2, 0), (2, 0), (1, 0)]  # the manifest was gone before any
+    assert store.read_manifest(key) is None and store.stored(key) is None
+    listed = store.client.list_objects_v2(Bucket=store.bucket, Prefix=key + "/")
+    assert listed.get("KeyCount", 0) == 0
+    assert store.read_manifest(neighbour) is not None  # step_20 untouched
+    assert store.delete(key) == 0  # idempotent: a missing key is fine
+    assert store.delete(f"{location.prefix}/never/stored") == 0
+
+
+def test_delete_in_a_bucket_that_does_not_exist_is_a_store_error(s3_server) -> None:
+    store = ArtifactStore(StoreLocation("no-such-bucket", "t"), s3_server.client())
+    with pytest.raises(s3_module.StoreError, match="delete_object"):
+        store.delete("t/ckpt/step_2")
