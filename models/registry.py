@@ -66,6 +66,9 @@ _DENSE_TP_CP = ModelCapabilities(
 )
 # Sparse MoE: FSDP2, LoRA and expert parallelism; sparse layers have no TP plan.
 _MOE_EP = ModelCapabilities(supports_tp=False, supports_ep=True)
+# Qwen3-MoE's native attention also runs context parallel, with experts spread over the
+# dp x cp ranks (tests/integration/trainer/test_expert_parallel_layouts_run.py).
+_MOE_EP_CP = ModelCapabilities(supports_tp=False, supports_ep=True, supports_cp=True)
 # DeepSeek-V3: latent-attention TP (+ sequence parallel), expert parallelism, LoRA.
 _DEEPSEEK_V3 = ModelCapabilities(
     supports_tp=True, supports_sequence_parallel=True, supports_ep=True
@@ -121,11 +124,12 @@ for _entry in (
         "Qwen3MoeForCausalLM",
         "models.qwen3_moe.model",
         "Qwen3MoeForCausalLM",
-        _MOE_EP,
+        _MOE_EP_CP,
         TieSupport.UNTIED_ONLY,
         "qwen3_moe",
-        notes="expert parallelism spreads the experts over groups of data-parallel ranks "
-        "(ep_size divides dp_size, strategy fsdp2, no LoRA); no tensor-parallel plan",
+        notes="expert parallelism spreads the experts over groups of data-parallel x "
+        "context-parallel ranks (ep_size divides dp_size x cp_size, strategy fsdp2, no LoRA); "
+        "no tensor-parallel plan",
         config_model_types=("qwen3_moe",),
         parallel_plan="models.qwen3_moe.parallelize:QWEN3_MOE_PLAN",
         state_dict_adapter="models.common.moe.state_dict_adapter:GroupedExpertsStateDictAdapter",

@@ -5,8 +5,9 @@
 DCP) run everywhere. `build_mesh` lays ranks out as (pp, dp_replicate, dp_shard, cp, tp): tensor
 parallel peers are adjacent ranks and share a data-parallel rank, so they see the same
 batches. Expert parallelism (`ep_size`) spreads MoE experts over groups of adjacent
-data-parallel ranks: ep_size divides the data-parallel size (no tp, no dp_replicate), and
-the ranks holding the same experts shard them with FSDP2 (`trainer.parallelize`).
+data-parallel (x context-parallel) ranks: ep_size divides dp_size x cp_size (no tp, no
+dp_replicate), and the ranks holding the same experts shard them with FSDP2
+(`trainer.parallelize`).
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ One function, `parallelize`, asks `models.hooks.parallel_plan` for the model fam
 the steps in a fixed order: move to the device; tensor parallelism on the mesh's `tp` axis
 with the plan's DTensor plan, first, because `parallelize_module` needs the plain modules
 (after PEFT: the plan places a LoRA projection's base layer and adapters consistently);
-expert parallelism over groups of ep_size data-parallel ranks, before FSDP2, which leaves
-the expert DTensors alone (ep == dp) or shards them over the ranks that hold the same
-experts; context parallelism (the attention layers attend over the `cp` axis, and FSDP2
+expert parallelism over groups of ep_size data-parallel (x context-parallel) ranks, before
+FSDP2, which leaves the expert DTensors alone (ep == dp x cp) or shards them over the ranks
+that hold the same experts; context parallelism (the attention layers attend over the `cp` axis, and FSDP2
 shards over dp_shard x cp); activation checkpointing per decoder layer, so each FSDP unit
 wraps a checkpointed layer; then data parallelism: FSDP2 (`fully_shard` per FSDP unit of
 the plan, then the root; a `MixedPrecisionPolicy` on CUDA only) or DDP. An FSDP2 group
@@ -82,25 +82,27 @@ class ExpertShards:
 
 
 def expert_meshes(topology: Topology) -> tuple[DeviceMesh, DeviceMesh | None]:
-    """(ep mesh, expert-data-parallel mesh) over the data-parallel ranks; ep peers are
-    adjacent ranks. With ep_size == dp_size every dp rank is an ep peer and no two ranks
-    hold the same experts (None). The dp mesh is one axis here: validation refuses ep with
-    dp_replicate, tp, cp or pp. (`_unflatten` is DeviceMesh's way to split an axis into
-    sub-axes that FSDP2 can combine with the experts' DTensor mesh.)"""
-    ep, dp = topology.ep_size, topology.dp_size
-    if ep == dp:
-        return topology.dp_mesh, None
-    mesh = topology.dp_mesh._unflatten(0, (dp // ep, ep), ("edp", "ep"))
+    """(ep mesh, expert-data-parallel mesh) over the ranks FSDP2 shards over: the
+    data-parallel ranks, with their context-parallel peers when cp > 1 (a MoE layer routes
+    tokens, whichever slice of the sequence they come from). ep peers are adjacent ranks.
+    With ep_size == that span every such rank is an ep peer and no two ranks hold the same
+    experts (None). The span is one axis here: validation refuses ep with dp_replicate,
+    tp or pp. (`_unflatten` is DeviceMesh's way to split an axis into sub-axes that FSDP2
+    can combine with the experts' DTensor mesh.)"""
+    ep, span = topology.ep_size, topology.dp_size * topology.cp_size
+    if ep == span:
+        return topology.fsdp_mesh, None
+    mesh = topology.fsdp_mesh._unflatten(0, (span // ep, ep), ("edp", "ep"))
     return mesh["ep"], mesh["edp"]
 
 
 def _ep_spans_dp_axis(topology: Topology) -> bool:
-    """Expert parallelism runs over the one data-parallel axis: ep_size divides it."""
+    """Expert parallelism runs over the one data-parallel (x context-parallel) axis:
+    ep_size divides dp_size x cp_size."""
     names = topology.mesh.mesh_dim_names or ()
-    other_axes = topology.tp_size * topology.cp_size * topology.pp_size > 1
-    return (
-        not other_axes and "dp_replicate" not in names and topology.dp_size % topology.ep_size == 0
-    )
+    other_axes = topology.tp_size * topology.pp_size > 1
+    span = topology.dp_size * topology.cp_size
+    return not other_axes and "dp_replicate" not in names and span % topology.ep_size == 0
 
 
 def apply_expert_parallel(model: nn.Module, plan: ParallelPlan, topology: Topology) -> ExpertShards:
@@ -181,8 +183,8 @@ def apply_fsdp2(
         raise data_error(
             f"model: {exc}; FSDP2 shards per decoder layer, so use distributed.strategy: ddp"
         ) from None
-    if expert_dp:
-        _shard_experts(model, experts, options, topology.dp_size)
+    if expert_dp:  # every rank's loss is scaled by dp_size x cp_size (`trainer.finetune`)
+        _shard_experts(model, experts, options, topology.dp_size * topology.cp_size)
     embedding, head = _untied_ends(model)
     if embedding is not None:
         _shard_unit(embedding, options)
@@ -201,7 +203,8 @@ def _shard_experts(
     holding the same experts), sharded there before its decoder layer is.
 
     Its gradient on a rank is that of its ep group's summed losses, so the sum over the
-    expert-dp ranks is divided by dp_size, not by their number. It runs as a SUM collective
+    expert-dp ranks is divided by `dp_size` (the data-parallel x context-parallel ranks whose
+    losses the step averages), not by their number. It runs as a SUM collective
     (gloo has no pre-multiplied sum); a one-rank group has no collective and divides once.
     """
     ids = {id(p) for p in experts.params}
@@ -344,8 +347,8 @@ def parallelize(
             raise unsupported("distributed.ep_size > 1 needs strategy: fsdp2")
         if not _ep_spans_dp_axis(topology):
             raise unsupported(
-                f"distributed.ep_size: {topology.ep_size} must divide dp_size "
-                f"({topology.dp_size}) with tp, cp, pp and dp_replicate sizes 1"
+                f"distributed.ep_size: {topology.ep_size} must divide dp_size x cp_size "
+                f"({topology.dp_size * topology.cp_size}) with tp, pp and dp_replicate sizes 1"
             )
         experts = apply_expert_parallel(model, plan, topology)
     if topology.cp_size > 1:

@@ -60,8 +60,8 @@ def _context_parallel_errors(
 
     It runs in the native attention layers only, and shards the student's batch under
     FSDP2: the Hugging Face classes (no native attention) and distillation (the teacher
-    would see a slice) are refused, and so are torch.compile and pipeline and expert
-    parallelism, not yet proven with it (tensor parallelism, LoRA and packing are)."""
+    would see a slice) are refused, and so are torch.compile and pipeline parallelism, not
+    yet proven with it (tensor parallelism, expert parallelism, LoRA and packing are)."""
     if parallel_size(distributed, "cp_size") == 1:
         return []
     fix = "set distributed.cp_size: 1 or change {loc}"
@@ -104,10 +104,7 @@ def _context_parallel_conflicts(
                 parallel_size(distributed, key) > 1,
                 f"{what} with context parallelism {NOT_YET}",
             )
-            for key, what in (
-                ("pp_size", "pipeline parallelism"),
-                ("ep_size", "expert parallelism"),
-            )
+            for key, what in (("pp_size", "pipeline parallelism"),)
         ],
     ]
     return [(loc, msg) for loc, refused, msg in conflicts if refused]
@@ -133,9 +130,11 @@ def _megatron_fsdp_error(accelerator: str) -> FieldError:
 
 
 def _expert_parallel_errors(distributed: dict[str, Any]) -> list[FieldError]:
-    """Experts are spread over groups of ep_size data-parallel ranks, and the dp / ep ranks
-    that hold the same experts shard them (FSDP2): ep_size divides dp_size, with tp 1 and
-    no replicas. (Context and pipeline parallelism with experts are refused by their rules.)"""
+    """Experts are spread over groups of ep_size data-parallel ranks (with their
+    context-parallel peers: a MoE layer routes tokens, whichever slice of the sequence they
+    come from), and the ranks that hold the same experts shard them (FSDP2): ep_size divides
+    dp_size x cp_size, with tp 1 and no replicas. (Pipeline parallelism with experts is
+    refused by its rule.)"""
     ep = parallel_size(distributed, "ep_size")
     if ep == 1:
         return []
@@ -149,22 +148,24 @@ def _expert_parallel_errors(distributed: dict[str, Any]) -> list[FieldError]:
         ]
     dp, tp = distributed.get("dp_size"), parallel_size(distributed, "tp_size")
     replicate = parallel_size(distributed, "dp_replicate_size")
-    if tp == 1 and replicate == 1 and isinstance(dp, int) and dp % ep == 0:
+    span = dp * parallel_size(distributed, "cp_size") if isinstance(dp, int) else None
+    if tp == 1 and replicate == 1 and span is not None and span % ep == 0:
         return []
     msg = (
-        f"expert parallelism spreads experts over groups of ep_size data-parallel ranks: "
-        f"ep_size {ep} must divide dp_size ({dp}) with tp_size 1 and dp_replicate_size 1"
+        f"expert parallelism spreads experts over groups of ep_size data-parallel x "
+        f"context-parallel ranks: ep_size {ep} must divide dp_size x cp_size ({span}) with "
+        "tp_size 1 and dp_replicate_size 1"
     )
-    return [FieldError("distributed.ep_size", msg, _ep_fix(dp, tp == replicate == 1))]
+    return [FieldError("distributed.ep_size", msg, _ep_fix(span, tp == replicate == 1))]
 
 
-def _ep_fix(dp: Any, one_dp_axis: bool) -> str:
-    divisors = [d for d in range(2, dp + 1) if dp % d == 0] if isinstance(dp, int) else []
+def _ep_fix(span: Any, one_dp_axis: bool) -> str:
+    divisors = [d for d in range(2, span + 1) if span % d == 0] if isinstance(span, int) else []
     if not one_dp_axis or not divisors:
         return "set distributed.ep_size: 1"
     if len(divisors) == 1:
         return f"set distributed.ep_size: {divisors[0]} or 1"
-    return f"set distributed.ep_size to a divisor of {dp} ({', '.join(map(str, divisors))}) or 1"
+    return f"set distributed.ep_size to a divisor of {span} ({', '.join(map(str, divisors))}) or 1"
 
 
 def _peft_errors(peft: dict[str, Any] | None, distributed: dict[str, Any]) -> list[FieldError]:

@@ -6,6 +6,10 @@ same global batch, by its consolidated checkpoint, and by an exact resume.
   group of its own).
 - `ep2-dp4`: ep_size 2 on 4 ranks in fp32: ranks (0, 1) and (2, 3) each spread the experts,
   and ranks r and r + 2 hold the same experts, FSDP2-sharded over the pair.
+- `ep2-cp2`: ep_size 2 and cp_size 2 on 2 ranks in fp32: the two context-parallel ranks
+  (each with half of every row's tokens) are the expert-parallel peers.
+- `ep2-dp2-cp2`: ep_size 2 with dp 2 x cp 2 on 4 ranks in fp32: experts spread over pairs
+  of the dp x cp ranks and FSDP2-sharded over the ranks that hold the same ones.
 
 Each layout runs 6 steps (activation checkpointing on, dropout off, a checkpoint and a
 validation every 3 steps) and one process runs the same recipe with the whole global batch
@@ -34,9 +38,11 @@ pytestmark = pytest.mark.slow
 
 STEPS, EVERY = 6, 3
 BF16_ULP = 2.0**-7  # the largest relative step between two bf16 values
-LAYOUTS = {  # name: (model dtype, ranks, batch per rank, relative tolerance vs one process)
-    "ep2-bf16": ("bfloat16", 2, 4, BF16_ULP),
-    "ep2-dp4": ("float32", 4, 2, 1e-5),
+LAYOUTS = {  # name: (model dtype, ranks, batch per dp rank, tolerance vs one process, cp_size)
+    "ep2-bf16": ("bfloat16", 2, 4, BF16_ULP, 1),
+    "ep2-dp4": ("float32", 4, 2, 1e-5, 1),
+    "ep2-cp2": ("float32", 2, 8, 1e-5, 2),
+    "ep2-dp2-cp2": ("float32", 4, 4, 1e-5, 2),
 }
 GLOBAL_BATCH = 8
 DISTRIBUTED = {"strategy": "fsdp2", "ep_size": 2, "activation_checkpointing": True}
@@ -56,12 +62,16 @@ def moe_recipe(assets: Assets, model: Path, dtype: str, distributed: dict, batch
     return recipe
 
 
+def layout_distributed(cp: int) -> dict:
+    return {**DISTRIBUTED, "cp_size": cp} if cp > 1 else DISTRIBUTED
+
+
 @pytest.fixture(scope="module", params=list(LAYOUTS))
 def layout_runs(request, assets: Assets, moe_model: Path) -> tuple[str, RunResult, RunResult]:
     """(layout name, its uninterrupted run, the one-process run of the same global batch)."""
     name = request.param
-    dtype, ranks, batch, _ = LAYOUTS[name]
-    recipe = moe_recipe(assets, moe_model, dtype, DISTRIBUTED, batch)
+    dtype, ranks, batch, _, cp = LAYOUTS[name]
+    recipe = moe_recipe(assets, moe_model, dtype, layout_distributed(cp), batch)
     run = launch(assets, name, recipe, nproc=ranks)
     single_recipe = moe_recipe(assets, moe_model, dtype, {"strategy": "fsdp2"}, GLOBAL_BATCH)
     single = launch(assets, f"{name}-one-process", single_recipe, nproc=1)
@@ -75,7 +85,7 @@ def test_layout_trains_like_one_process(layout_runs) -> None:
     tolerance = LAYOUTS[name][3]
     records, reference = run.records("train"), single.records("train")
     assert [r["step"] for r in records] == [r["step"] for r in reference] == [1, 2, 3, 4, 5, 6]
-    assert run.events()[0]["dp_size"] == LAYOUTS[name][1]
+    assert run.events()[0]["dp_size"] == LAYOUTS[name][1] // LAYOUTS[name][4]
     for got, want in zip(records, reference, strict=True):
         assert got["num_tokens"] == want["num_tokens"], got["step"]
         assert got["loss"] == pytest.approx(want["loss"], rel=tolerance), got["step"]
@@ -106,8 +116,8 @@ def test_layout_checkpoint_is_the_whole_model(layout_runs, assets: Assets, offli
 
 def test_layout_resumes_exactly(layout_runs, assets: Assets, moe_model: Path) -> None:
     name, run, _ = layout_runs
-    dtype, ranks, batch, _ = LAYOUTS[name]
-    recipe = moe_recipe(assets, moe_model, dtype, DISTRIBUTED, batch)
+    dtype, ranks, batch, _, cp = LAYOUTS[name]
+    recipe = moe_recipe(assets, moe_model, dtype, layout_distributed(cp), batch)
     recipe["restore_from"] = {"path": str(run.run_dir / "checkpoints" / f"step_{EVERY}")}
     resumed = launch(assets, f"{name}-resumed", recipe, nproc=ranks)
     assert resumed.returncode == 0, resumed.output[-3000:]

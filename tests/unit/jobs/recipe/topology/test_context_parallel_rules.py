@@ -50,7 +50,7 @@ def test_cp_with_data_parallel_ranks_is_accepted(validate, recipe):
 
 @pytest.mark.parametrize(
     ("architecture", "model_type"),
-    [("Qwen3MoeForCausalLM", "qwen3_moe"), ("FancyForCausalLM", "fancy")],
+    [("MixtralForCausalLM", "mixtral"), ("FancyForCausalLM", "fancy")],
 )
 def test_cp_is_refused_for_architectures_without_it(
     validate, recipe, data_root, architecture, model_type
@@ -97,12 +97,27 @@ def test_cp_with_packed_sequences_is_accepted(validate, recipe):
     assert result.valid, [str(e) for e in result.errors]
 
 
-def test_expert_parallelism_with_cp_is_refused(validate, recipe, data_root):
-    moe = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe")
+@pytest.mark.parametrize(("nproc", "ep"), [(2, 2), (4, 2), (4, 4)])
+def test_expert_parallelism_spans_the_context_parallel_ranks(
+    validate, recipe, data_root, nproc, ep
+):
+    """ep_size divides dp x cp (tests/integration/trainer/test_expert_parallel_layouts_run.py
+    runs ep2-cp2 and ep2-dp2-cp2 equal to one process)."""
+    moe = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", num_experts=4,
+               num_experts_per_tok=2, moe_intermediate_size=32)  # fmt: skip
     _with_config(recipe, data_root, "moe", **moe)
-    recipe["distributed"].update(CP, ep_size=2)
+    recipe["distributed"].update(CP, ep_size=ep)
+    result = validate(recipe, nproc_per_node=nproc)
+    assert result.valid, [str(e) for e in result.errors]
+
+
+def test_expert_parallelism_must_divide_dp_times_cp(validate, recipe, data_root):
+    moe = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", num_experts=8,
+               num_experts_per_tok=2, moe_intermediate_size=32)  # fmt: skip
+    _with_config(recipe, data_root, "moe", **moe)
+    recipe["distributed"].update(CP, ep_size=8)
     error = error_at(validate(recipe, nproc_per_node=4), "distributed.ep_size")
-    assert "context parallelism" in error.msg and "not supported" in error.msg
+    assert "dp_size x cp_size (4)" in error.msg or "divisible" in error.msg, error.msg
 
 
 def test_distillation_with_cp_is_refused():
