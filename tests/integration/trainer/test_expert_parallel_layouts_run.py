@@ -66,15 +66,27 @@ def layout_distributed(cp: int) -> dict:
     return {**DISTRIBUTED, "cp_size": cp} if cp > 1 else DISTRIBUTED
 
 
+@pytest.fixture(scope="module")
+def one_process_runs(assets: Assets, moe_model: Path) -> dict[str, RunResult]:
+    """The one-process run of the global batch, per dtype: every layout of that dtype
+    trains the same recipe, so one reference run serves them all."""
+    runs: dict[str, RunResult] = {}
+    for dtype in sorted({layout[0] for layout in LAYOUTS.values()}):
+        recipe = moe_recipe(assets, moe_model, dtype, {"strategy": "fsdp2"}, GLOBAL_BATCH)
+        runs[dtype] = launch(assets, f"{dtype}-one-process", recipe, nproc=1)
+    return runs
+
+
 @pytest.fixture(scope="module", params=list(LAYOUTS))
-def layout_runs(request, assets: Assets, moe_model: Path) -> tuple[str, RunResult, RunResult]:
+def layout_runs(
+    request, assets: Assets, moe_model: Path, one_process_runs: dict[str, RunResult]
+) -> tuple[str, RunResult, RunResult]:
     """(layout name, its uninterrupted run, the one-process run of the same global batch)."""
     name = request.param
     dtype, ranks, batch, _, cp = LAYOUTS[name]
     recipe = moe_recipe(assets, moe_model, dtype, layout_distributed(cp), batch)
     run = launch(assets, name, recipe, nproc=ranks)
-    single_recipe = moe_recipe(assets, moe_model, dtype, {"strategy": "fsdp2"}, GLOBAL_BATCH)
-    single = launch(assets, f"{name}-one-process", single_recipe, nproc=1)
+    single = one_process_runs[dtype]
     for result in (run, single):
         assert result.returncode == 0, result.output[-3000:]
     return name, run, single
