@@ -206,7 +206,7 @@ def test_submit_previews_the_plan_orders_errors_and_applies_a_fix(stack, signed_
     wait_until(lambda: len(Select(css(driver, "#template")).options) > 1, 10, "the templates")
     assert driver.title == "Submit a job · tuneyard"
     _set_recipe(driver, PLAN_RECIPE)
-    assert css(driver, "#recipe-highlight .y-key") and css(driver, "#recipe-highlight .y-comment")
+    assert css(driver, "#recipe .y-key") and css(driver, "#recipe .y-comment")
     css(driver, "#validate").click()
     wait_until(
         lambda: len(driver.find_elements(By.CSS_SELECTOR, "#errors li")) >= 2, 20, "the errors"

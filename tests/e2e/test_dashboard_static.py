@@ -7,6 +7,7 @@ is fetched from another origin (the dashboard works offline).
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -123,10 +124,23 @@ def test_vendored_uplot_is_served_at_the_version_its_readme_names(client):
     assert "MIT License" in (vendor / "LICENSE").read_text()
 
 
+def test_vendored_codejar_is_the_file_its_readme_names(client):
+    vendor = STATIC_DIR / "vendor" / "codejar"
+    readme = (vendor / "README.md").read_text()
+    assert re.search(r"CodeJar \d+\.\d+\.\d+ \(MIT", readme)
+    digest = hashlib.sha256((vendor / "codejar.js").read_bytes()).hexdigest()
+    assert f"| {digest} |" in readme  # unmodified since it was copied from the package
+    script = client.get("/static/vendor/codejar/codejar.js")
+    assert script.status_code == 200
+    assert script.headers["content-type"].startswith(("application/javascript", "text/javascript"))
+    assert "export function CodeJar(" in script.text
+    assert "MIT License" in (vendor / "LICENSE").read_text()
+
+
 PURE_CASES = """
 import { fixValue } from "JS/submit_plan.js";
 import { recipeToYaml, failureOf, memoryRows } from "JS/job_facts.js";
-import { highlightLine } from "JS/editor.js";
+import { highlightLine } from "JS/yaml_highlight.js";
 const recipe = { optimizer: { _target_: "torch.optim.AdamW", lr: 1e-7, betas: [0.9, 0.95] },
   dataset: [{ path: "a b: c" }], flag: "yes", empty: {} };
 const events = [{ data: { event: "started", peak_memory_bytes: [100] } }];

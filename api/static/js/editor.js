@@ -1,90 +1,87 @@
-// The recipe editor: a plain <textarea> (native undo, selection, form semantics and every
-// assistive technology's support) over a <pre> that draws the same text with YAML
-// highlighting. Tab / Shift+Tab indent and dedent the selected lines by two spaces, Enter
-// keeps the line's indentation (one level more after `key:`); Escape then Tab leaves the
-// editor, so the keyboard is never trapped.
+// The recipe editor. Its editing core is CodeJar (vendored: vendor/codejar/, see its README)
+// on a contenteditable element: Enter keeps the line's indentation (one level more after
+// `key:`), Tab / Shift+Tab indent and dedent the line, Ctrl+Z / Ctrl+Shift+Z walk its undo
+// history, and it calls yaml_highlight.js to draw the text. Added here: Tab on a selection
+// indents every selected line and Shift+Tab dedents them (or the caret's line, wherever the
+// caret stands in it), Escape then Tab leaves the editor (the keyboard is never trapped),
+// and the element answers `value` like a textarea, so the page, its tests and browser
+// extensions read and set the recipe one way.
 
+import { CodeJar } from "../vendor/codejar/codejar.js";
 import { esc } from "./util.js";
+import { highlight } from "./yaml_highlight.js";
 
 const INDENT = "  ";
 
-// One line of YAML as HTML: comment, key, list dash, and the value's kind.
-export function highlightLine(line) {
-  const comment = line.match(/^(.*?)(\s#.*|^#.*)$/);
-  const body = comment ? comment[1] : line;
-  const tail = comment ? `<span class="y-comment">${esc(comment[2])}</span>` : "";
-  const m = body.match(/^(\s*)(-\s+)?((?:"[^"]*"|'[^']*'|[^\s:#"'][^:#]*?))(\s*:)(?=\s|$)(.*)$/);
-  if (m) {
-    const [, pad, dash, key, colon, value] = m;
-    return `${esc(pad)}${dash ? `<span class="y-dash">${esc(dash)}</span>` : ""}<span class="y-key">${esc(key)}</span>${esc(colon)}${valueHtml(value)}${tail}`;
-  }
-  const item = body.match(/^(\s*)(-\s+)(.*)$/);
-  if (item) return `${esc(item[1])}<span class="y-dash">${esc(item[2])}</span>${valueHtml(item[3])}${tail}`;
-  return valueHtml(body) + tail;
-}
-
-function valueHtml(text) {
-  const m = text.match(/^(\s*)(.*?)(\s*)$/);
-  const [, lead, core, trail] = m;
-  if (!core) return esc(text);
-  let kind = "y-str";
-  if (/^(true|false|null|~)$/i.test(core)) kind = "y-bool";
-  else if (/^[-+]?(\d[\d_]*)?(\.\d+)?([eE][-+]?\d+)?$/.test(core) && /\d/.test(core)) kind = "y-num";
-  else if (/^[[{]/.test(core)) kind = "y-flow";
-  else if (/^[|>]/.test(core)) kind = "y-block";
-  return `${esc(lead)}<span class="${kind}">${esc(core)}</span>${esc(trail)}`;
-}
-
-export function highlight(text) {
-  // A trailing newline needs a line of its own in the <pre> for the heights to match.
-  return text.split("\n").map(highlightLine).join("\n") + "\n";
-}
-
-// Wires `textarea` to its highlight layer `pre`; `onChange` runs after every edit.
-export function attachEditor(textarea, pre, onChange) {
+// Wires the editor `element` (role textbox, with an accessible name); `onChange` runs after
+// every edit. Returns `repaint` (after a programmatic change) and `select(start, end)`.
+export function attachEditor(element, onChange) {
   let leaving = false;
-  const paint = () => { pre.innerHTML = highlight(textarea.value); syncScroll(); };
-  const syncScroll = () => { pre.scrollTop = textarea.scrollTop; pre.scrollLeft = textarea.scrollLeft; };
-  textarea.addEventListener("input", () => { paint(); onChange?.(); });
-  textarea.addEventListener("scroll", syncScroll);
-  textarea.addEventListener("keydown", (event) => {
-    if (event.key === "Escape") { leaving = true; return; }
-    if (event.key === "Tab" && !leaving && !event.ctrlKey && !event.altKey && !event.metaKey) {
+  // Registered before CodeJar's own listener, so it runs first and may stop it.
+  element.addEventListener("keydown", (event) => {
+    const tab = event.key === "Tab" && !event.ctrlKey && !event.altKey && !event.metaKey;
+    if (tab && leaving) event.stopImmediatePropagation(); // the browser moves the focus on
+    else if (tab && (event.shiftKey || hasSelection())) {
       event.preventDefault();
-      indentSelection(textarea, event.shiftKey);
-    } else if (event.key === "Enter" && !event.shiftKey && !event.ctrlKey && !event.metaKey) {
-      event.preventDefault();
-      newlineWithIndent(textarea);
+      event.stopImmediatePropagation();
+      indentLines(jar, event.shiftKey);
     }
-    leaving = false;
+    leaving = event.key === "Escape";
   });
-  paint();
-  return paint; // to repaint after a programmatic change of `value`
+  const jar = CodeJar(element, (el) => { el.innerHTML = highlight(el.textContent); }, {
+    tab: INDENT, indentOn: /:[ \t]*$/, addClosing: false,
+  });
+  // CodeJar wraps long lines; the line-number gutter needs one visual line per line.
+  Object.assign(element.style, { whiteSpace: "pre", overflowWrap: "normal", overflow: "auto" });
+  let last = jar.toString();
+  const changed = () => {
+    const now = jar.toString();
+    if (now !== last) { last = now; onChange?.(); }
+  };
+  jar.onUpdate(changed); // after a key, a paste, a cut (and undo, which sets the HTML)
+  element.addEventListener("input", changed);
+  Object.defineProperty(element, "value", {
+    configurable: true,
+    get: () => jar.toString(),
+    set: (text) => jar.updateCode(String(text ?? ""), false),
+  });
+  const repaint = () => {
+    const pos = document.activeElement === element ? jar.save() : null;
+    element.innerHTML = highlight(jar.toString());
+    if (pos) jar.restore(pos);
+  };
+  const select = (start, end) => {
+    element.focus();
+    jar.restore({ start, end });
+  };
+  repaint();
+  return { repaint, select };
 }
 
-// Edits through execCommand keep the browser's undo history; setRangeText where it is absent.
-function replaceSelection(textarea, text) {
-  if (!document.execCommand?.("insertText", false, text)) textarea.setRangeText(text, textarea.selectionStart, textarea.selectionEnd, "end");
-  textarea.dispatchEvent(new Event("input"));
+function hasSelection() {
+  const selection = getSelection();
+  return selection.rangeCount > 0 && !selection.isCollapsed;
 }
 
-function newlineWithIndent(textarea) {
-  const before = textarea.value.slice(0, textarea.selectionStart);
-  const line = before.slice(before.lastIndexOf("\n") + 1);
-  let pad = line.match(/^\s*/)[0];
-  if (/:\s*$/.test(line)) pad += INDENT;
-  else if (/^\s*-\s/.test(line) && /:\s*$/.test(line)) pad += INDENT;
-  replaceSelection(textarea, `\n${pad}`);
-}
-
-function indentSelection(textarea, dedent) {
-  const { value, selectionStart: start, selectionEnd: end } = textarea;
-  const from = value.lastIndexOf("\n", start - 1) + 1;
-  if (!dedent && start === end) { replaceSelection(textarea, INDENT); return; }
-  const to = end > from && value[end - 1] === "\n" ? end - 1 : end;
-  const block = value.slice(from, to);
-  const lines = block.split("\n").map((l) => dedent ? l.replace(/^ {1,2}/, "") : INDENT + l);
-  textarea.setSelectionRange(from, to);
-  replaceSelection(textarea, lines.join("\n"));
-  textarea.setSelectionRange(from, from + lines.join("\n").length);
+// Indents (or dedents by up to one level) every line the selection touches, keeps them
+// selected (a caret stays on its line), and records the edit in CodeJar's undo history.
+function indentLines(jar, dedent) {
+  const text = jar.toString();
+  const lineEnd = (at) => (text.indexOf("\n", at) < 0 ? text.length : text.indexOf("\n", at));
+  const pos = jar.save();
+  const start = Math.min(pos.start, pos.end);
+  const end = Math.max(pos.start, pos.end);
+  const from = text.lastIndexOf("\n", start - 1) + 1;
+  const to = lineEnd(end > start && text[end - 1] === "\n" ? end - 1 : end); // a line ended, not begun
+  const lines = text.slice(from, to).split("\n")
+    .map((line) => (dedent ? line.replace(/^ {1,2}/, "") : INDENT + line));
+  const block = lines.join("\n");
+  jar.recordHistory();
+  jar.restore({ start: from, end: to });
+  // As CodeJar inserts: HTML keeps the newlines (Chrome's insertText drops them here).
+  document.execCommand("insertHTML", false, esc(block)); // fires `input`
+  jar.updateCode(jar.toString(), false); // draw the highlight again
+  const caret = Math.max(from, start + lines[0].length - (lineEnd(from) - from)); // moves with its text
+  jar.restore(start === end ? { start: caret, end: caret } : { start: from, end: from + block.length });
+  jar.recordHistory();
 }

@@ -27,10 +27,10 @@ export function renderSubmit(view) {
         <label>Accelerator <select id="accelerator" data-loc="resources.accelerator"><option>cpu</option><option>cuda</option></select></label>
       </div>
       <div class="editor"><div class="gutter" id="gutter" aria-hidden="true"></div>
-        <div class="code"><pre class="highlight" id="recipe-highlight" aria-hidden="true"></pre>
-        <textarea id="recipe" spellcheck="false" aria-label="Recipe (YAML or JSON)"
-          placeholder="Paste a recipe (YAML or JSON), or start from a template"></textarea></div></div>
-      <p class="muted small">Tab indents the selected lines, Shift+Tab dedents; press Escape, then Tab, to leave the editor.</p>
+        <div class="code"><div id="recipe" role="textbox" aria-multiline="true" aria-label="Recipe (YAML or JSON)"
+          aria-describedby="editor-keys" aria-placeholder="Paste a recipe (YAML or JSON), or start from a template"></div></div></div>
+      <p class="muted small" id="editor-keys">Enter keeps the indentation, Tab indents the selected lines, Shift+Tab dedents,
+        Ctrl+Z undoes; press Escape, then Tab, to leave the editor.</p>
       <label id="overrides-label">Overrides, one per line (<code>optimizer.lr=1e-4</code>)
         <textarea id="overrides" data-loc="overrides"></textarea></label>
       <div class="row" id="submit-buttons">
@@ -42,15 +42,16 @@ export function renderSubmit(view) {
     </form>`;
   const $ = (sel) => view.querySelector(sel);
   const editor = $("#recipe");
-  editor.value = sessionStorage.getItem(DRAFT) || "";
   const gutter = () => renderGutter($("#gutter"), editor.value, []);
-  const repaint = attachEditor(editor, $("#recipe-highlight"), () => {
+  const { repaint, select } = attachEditor(editor, () => {
     sessionStorage.setItem(DRAFT, editor.value);
     view.querySelectorAll(".line-note").forEach((n) => n.remove()); // its line may have moved
     gutter();
   });
+  editor.value = sessionStorage.getItem(DRAFT) || "";
   editor.onscroll = () => { $("#gutter").scrollTop = editor.scrollTop; };
   view.repaint = () => { repaint(); gutter(); };
+  view.selectRange = select;
   view.setRecipe = (text) => {
     editor.value = text;
     sessionStorage.setItem(DRAFT, text);
@@ -219,7 +220,7 @@ function showErrors(view, errors) {
   placeLineNotes(view, lines);
   view.querySelectorAll("[data-line]").forEach((a) => a.addEventListener("click", (event) => {
     event.preventDefault();
-    selectLine(view.querySelector("#recipe"), +a.dataset.line);
+    selectLine(view, +a.dataset.line);
   }));
   view.querySelectorAll("[data-fix]").forEach((button) => button.addEventListener("click", () => {
     applyFix(view, fixValue(placed[+button.dataset.fix].e.fix));
@@ -249,9 +250,9 @@ function applyFix(view, { path, value }) {
 // Each recipe error also sits beside its line in the editor, and follows it on scroll.
 function placeLineNotes(view, lines) {
   const editor = view.querySelector(".editor");
-  const textarea = view.querySelector("#recipe");
+  const box = view.querySelector("#recipe"); // the editor's text box
   editor.querySelectorAll(".line-note").forEach((n) => n.remove());
-  const style = getComputedStyle(textarea);
+  const style = getComputedStyle(box);
   const lineHeight = parseFloat(style.lineHeight) || 18;
   const notes = lines.map(({ line, msg }) => {
     const note = document.createElement("div");
@@ -262,11 +263,11 @@ function placeLineNotes(view, lines) {
     return [note, line];
   });
   const place = () => notes.forEach(([note, line]) => {
-    const top = parseFloat(style.paddingTop) + (line - 1) * lineHeight - textarea.scrollTop;
+    const top = parseFloat(style.paddingTop) + (line - 1) * lineHeight - box.scrollTop;
     note.style.top = `${top}px`;
-    note.hidden = top < 0 || top > textarea.clientHeight - lineHeight;
+    note.hidden = top < 0 || top > box.clientHeight - lineHeight;
   });
-  textarea.onscroll = () => { view.querySelector("#gutter").scrollTop = textarea.scrollTop; place(); };
+  box.onscroll = () => { view.querySelector("#gutter").scrollTop = box.scrollTop; place(); };
   place();
 }
 
@@ -300,9 +301,8 @@ export function lineOfLoc(text, loc) {
   return found === null ? null : found + 1;
 }
 
-function selectLine(textarea, line) {
-  const lines = textarea.value.split("\n");
+function selectLine(view, line) {
+  const lines = view.querySelector("#recipe").value.split("\n");
   const start = lines.slice(0, line - 1).reduce((n, l) => n + l.length + 1, 0);
-  textarea.focus();
-  textarea.setSelectionRange(start, start + lines[line - 1].length);
+  view.selectRange(start, start + lines[line - 1].length);
 }
