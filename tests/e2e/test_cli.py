@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -98,15 +99,24 @@ def test_watch_renders_progress_without_a_tty(stack, recipe_file):
     job_id = submit_job(stack, recipe_file, "watched")
     stack.drive(job_id, "starting", "running")
     watch = start_cli(stack, "watch", job_id, "--poll", "0.3")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(watch.stdout), daemon=True)
+    reader.start()
     for step in range(1, 21):
         record = {"kind": "train", "step": step, "loss": 3.0 - step * 0.1, "tps": 1500.0,
                   "lr": 1e-3, "timestamp": time.time()}  # fmt: skip
         with session_scope(stack.settings) as session:
             upsert_metrics(session, job_id, 1, [record])
         time.sleep(0.05)
-    time.sleep(1.0)
+    # The job ends only once the watch has shown step 20 (a loaded machine may start the
+    # CLI after the metrics are written): what is tested is the line, not the start-up.
+    deadline = time.monotonic() + 60
+    while not any("step 20/40" in line for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.1)
     stack.drive(job_id, "succeeded")
-    out, err = watch.communicate(timeout=60)
+    watch.wait(timeout=60)
+    reader.join(timeout=10)
+    out, err = "".join(lines), watch.stderr.read()
     assert watch.returncode == 0, err
     assert "\x1b[" not in out  # no cursor movement or colour codes on a pipe
     assert "running  step 20/40  loss 1.0000  tps 1500" in out
