@@ -169,10 +169,16 @@ def test_the_job_page_counts_pauses_apart_and_clones(
     wait_until(
         lambda: css(driver, "dd[data-fact='Step']").text.startswith("10 of 40"), 20, "the step"
     )
-    labels = [
-        li.get_attribute("data-label") for li in driver.find_elements(By.CSS_SELECTOR, "#events li")
-    ]
-    assert labels.count("resume") == 3 and "preempt" not in labels and labels.count("pause") >= 3
+
+    def event_labels() -> list[str]:
+        items = driver.find_elements(By.CSS_SELECTOR, "#events li")
+        return [li.get_attribute("data-label") for li in items]
+
+    # the events list renders on its own refresh, after the facts
+    labels = wait_until(
+        lambda: (found := event_labels()).count("resume") == 3 and found, 20, "the events"
+    )
+    assert "preempt" not in labels and labels.count("pause") >= 3
     assert driver.title == "paused-thrice (running) · tuneyard"
     assert css(driver, "#job-recipe .override[data-path='optimizer.lr']")
     assert "n/a on CPU" in css(driver, "#mfu-note").text
