@@ -10,6 +10,8 @@ part of what a user sees) on packed rows of exactly the sequence length:
   checkpointing, and a save (with a validation pass) inside the run.
 - `HELD_OUT_2`: a second such grid, written after one constant had been refitted (on FIT)
   following a look at HELD_OUT's errors, so that one grid was never seen before its figures.
+- `HELD_OUT_3`: a third such grid, written and measured before the LoRA and logits terms
+  were reworked on the three grids above (all fit data since), then estimated once after.
 
 Each run's `finished` event carries every rank's measured peak (CPU: the growth of the
 peak resident set over the trainer's start; CUDA: `max_memory_allocated`); the estimate is
@@ -17,9 +19,9 @@ peak resident set over the trainer's start; CUDA: `max_memory_allocated`); the e
 resources. Printed per config: estimate, measured (the largest rank), relative error; then
 per grid the median and worst absolute error (target on the held-out grid: median <= 10%,
 worst <= 20%). Peaks are kept in `<work>/measured.json`; `--reuse` re-estimates them
-without training. 18 short runs: about 17 minutes on 2 busy CPU cores.
+without training. 35 short runs: about 20 minutes on 2 busy CPU cores.
 
-    python3 bench/bench_estimate.py [--grid fit|held-out|held-out-2|both|all] [--work DIR] [--reuse]
+    python3 bench/bench_estimate.py [--grid fit|held-out|held-out-2|held-out-3|both|all] [--work DIR] [--reuse]
     python3 bench/bench_estimate.py --device cuda   # on a GPU machine (ranks <= its GPUs)
 """
 
@@ -124,7 +126,28 @@ HELD_OUT_2 = [
     Case(G3, False, False, 4, seq=192, batch=1, save=True),
     Case(G3, True, True, 1, seq=320, batch=2, save=True),
 ]
-GRIDS = {"fit": FIT, "held-out": HELD_OUT, "held-out-2": HELD_OUT_2}
+# A third held-out grid, written before the LoRA and logits terms were reworked (on FIT,
+# HELD_OUT and HELD_OUT_2, which are all fit data from then on) and measured once before and
+# once after: hidden sizes, depths, vocabularies, sequence lengths and micro-batches that no
+# other grid has.
+K1 = Shape(576, 4, 1536, 9, 3, 20000)
+K2 = Shape(832, 3, 2240, 13, 1, 6000)
+K3 = Shape(192, 10, 512, 3, 1, 24000)
+K4 = Shape(960, 2, 2560, 15, 5, 10000)
+HELD_OUT_3 = [
+    Case(K1, False, False, 1, seq=224, batch=2),
+    Case(K1, True, True, 2, seq=160, batch=3, save=True),
+    Case(K1, False, True, 4, seq=288, batch=1, save=True),
+    Case(K2, True, False, 1, seq=288, batch=1, save=True),
+    Case(K2, False, True, 2, seq=96, batch=5),
+    Case(K2, True, True, 4, seq=224, batch=2),
+    Case(K3, True, False, 2, seq=448, batch=1),
+    Case(K3, False, False, 1, seq=160, batch=2, save=True),
+    Case(K3, True, True, 4, seq=96, batch=3, save=True),
+    Case(K4, True, True, 1, seq=96, batch=4, save=True),
+    Case(K4, False, False, 4, seq=160, batch=1),
+]
+GRIDS = {"fit": FIT, "held-out": HELD_OUT, "held-out-2": HELD_OUT_2, "held-out-3": HELD_OUT_3}
 
 
 def build_model(root: Path, shape: Shape) -> Path:

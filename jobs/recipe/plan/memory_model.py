@@ -8,8 +8,11 @@ A run's peak is the largest of its phases, each what one rank holds at that mome
   step on), the saved activations (collapsed to the layer inputs under activation
   checkpointing; peft's LoRA layers keep more), the logits with their fp32 copy and
   gradient, and FSDP2's gathered units (the head, kept gathered from forward to backward,
-  and a decoder layer with its unsharded gradient);
-- the optimizer step: its foreach temporaries beside parameters, gradients and state;
+  and a decoder layer, each with its unsharded gradient; under LoRA the frozen base has
+  none, so only the parameters are gathered);
+- the optimizer step: its temporaries beside parameters, gradients and state (CUDA's
+  foreach update: a share of every trainable shard; CPU's one tensor at a time: copies of
+  the largest trainable tensor);
 - the validation pass (no gradients: one layer's activations and the logits);
 - the checkpoint save: gradients are gone; rank 0 gathers one whole tensor at a time
   (consolidation), and an asynchronous save also keeps a CPU copy of the whole model on
@@ -19,8 +22,10 @@ parallelism the sequence by cp, expert parallelism the experts by ep; FSDP2 shar
 dp_shard x cp. CPU adds the process's own memory (fitted constants); CUDA counts
 allocations only (`max_memory_allocated`) plus a fragmentation share. The CPU constants
 were fitted on `bench/bench_estimate.py`'s FIT grid, under the worker's allocator setting
-(`worker.launcher.CPU_ALLOCATOR_ENV`), and checked on its HELD_OUT grid (median error 6.4%,
-worst 16.8%); the CUDA terms are not fitted.
+(`worker.launcher.CPU_ALLOCATOR_ENV`); the LoRA gathered units and the CPU optimizer
+temporaries were then derived from what the trainer allocates (FIT, HELD_OUT and HELD_OUT_2
+all fit data since) and checked once on HELD_OUT_3 (median error 6.5%, worst 26.9%: LoRA
+runs on CPU vary by about +-60 MiB beyond these terms). The CUDA terms are not fitted.
 """
 
 from __future__ import annotations
@@ -38,11 +43,14 @@ ACT_LORA_FACTOR = 0.92
 # Logit bytes per (token x vocab entry) beside the logits in the compute dtype: their fp32
 # copy and its gradient (a chunked loss keeps neither).
 LOGIT_FP32_BYTES, LOGIT_FP32_BYTES_CHUNKED = 8, 0
-# The optimizer's foreach update holds temporaries of about this many trainable shards.
-OPTIMIZER_TEMPORARY = 1.43
+# The optimizer's update: on CUDA torch's foreach path holds temporaries of about this many
+# trainable shards; on CPU (no foreach) it updates one tensor at a time, holding about this
+# many copies of the largest trainable tensor (`torch.optim.AdamW` measured: 2.25-3x).
+OPTIMIZER_TEMPORARY, OPTIMIZER_TEMPORARY_LARGEST = 1.43, 3.0
 # FSDP2's gathered units in a backward, in units of (head + one decoder layer): their
-# parameters and unsharded gradients, and the collectives' buffers.
-FSDP_GATHERED = 2.0
+# parameters, and (when the unit trains) their unsharded gradients. Under LoRA the frozen
+# base has no gradient: only the parameters are gathered.
+FSDP_GATHERED_PARAMS, FSDP_GATHERED_GRADS = 1.0, 1.0
 # A consolidated save's gather of one tensor on rank 0: the gathered pieces and the whole.
 SAVE_GATHER_COPIES = 2.0
 # A full (not shard-only) load: the whole model on every rank.
@@ -148,13 +156,17 @@ def activation_bytes(x: EstimateInputs) -> int:
     return int(layer_total + _logit_bytes(x, tokens, True))
 
 
-def _gathered_bytes(x: EstimateInputs) -> float:
-    """FSDP2's unsharded units beyond the local shards (none on one shard)."""
+def _gathered_bytes(x: EstimateInputs, backward: bool = True) -> float:
+    """FSDP2's unsharded units beyond the local shards (none on one shard): parameters, and
+    in a backward the unsharded gradients of units that train (none under LoRA, whose
+    adapters are a negligible part of a unit)."""
     dense, _ = _shards(x)
     if x.strategy != "fsdp2" or dense <= 1:
         return 0.0
     unit = (x.head_params or x.root_params) + x.layer_params
-    return FSDP_GATHERED * unit / x.tp * x.compute_bytes * (1 - 1 / dense)
+    grads = FSDP_GATHERED_GRADS if backward and x.lora_rank is None else 0.0
+    copies = FSDP_GATHERED_PARAMS + grads
+    return copies * unit / x.tp * x.compute_bytes * (1 - 1 / dense)
 
 
 def _load_bytes(x: EstimateInputs, held: float) -> float:
@@ -175,6 +187,17 @@ def _save_bytes(x: EstimateInputs, held: float, optimizer: float) -> float:
     return held * x.param_bytes + optimizer + gather + snapshot
 
 
+def _optimizer_temporary_bytes(x: EstimateInputs, trained: float) -> float:
+    """The optimizer update's temporaries: foreach (CUDA) over every trainable shard, else
+    (CPU) one tensor at a time, the largest trainable one (under LoRA at most a layer's
+    adapters, a bound far above one adapter and still negligible)."""
+    if x.accelerator == "cuda":
+        return trained * x.param_bytes * OPTIMIZER_TEMPORARY
+    dense, _ = _shards(x)
+    largest = x.largest_tensor / dense if x.lora_rank is None else x.trainable / max(x.layers, 1)
+    return OPTIMIZER_TEMPORARY_LARGEST * min(largest, trained) * x.param_bytes
+
+
 def phase_peaks(x: EstimateInputs) -> dict[str, float]:
     """Bytes one rank holds at the peak of each phase of the run (process overhead apart)."""
     held, trained = _held_trained(x)
@@ -184,11 +207,15 @@ def phase_peaks(x: EstimateInputs) -> dict[str, float]:
     phases = {
         "load": _load_bytes(x, held),
         "backward": steady + activation_bytes(x) + _gathered_bytes(x),
-        "optimizer step": steady + trained * x.param_bytes * OPTIMIZER_TEMPORARY,
+        "optimizer step": steady + _optimizer_temporary_bytes(x, trained),
     }
     if x.val_micro_batch:
         tokens = _tokens(x, x.val_micro_batch)
-        val = _layer_bytes(x, tokens) + _logit_bytes(x, tokens, False) + _gathered_bytes(x) / 2
+        val = (
+            _layer_bytes(x, tokens)
+            + _logit_bytes(x, tokens, False)
+            + _gathered_bytes(x, backward=False)
+        )
         phases["validation"] = params + optimizer + val
     if x.saves:
         phases["save"] = _save_bytes(x, held, optimizer)

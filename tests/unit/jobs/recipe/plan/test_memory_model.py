@@ -59,3 +59,40 @@ def test_activation_checkpointing_and_lora_lower_the_backward():
 def test_more_shards_lower_every_phase_but_the_process():
     two, four = mm.phase_peaks(BASE), mm.phase_peaks(replace(BASE, dp_shard=4, world_size=4))
     assert all(four[name] < two[name] for name in two)
+
+
+def test_fsdp2_gathers_unsharded_gradients_only_for_units_that_train():
+    unit_bytes = (BASE.head_params + BASE.layer_params) * BASE.compute_bytes
+    beyond_shard = 1 - 1 / BASE.dp_shard
+    lora = replace(BASE, lora_rank=8, trainable=500_000, full_load=True)
+    # a full fine-tune: the head and a layer with their unsharded gradients
+    assert mm._gathered_bytes(BASE) == pytest.approx(2 * unit_bytes * beyond_shard)
+    # LoRA: the frozen base has no gradient, only its parameters are gathered
+    assert mm._gathered_bytes(lora) == pytest.approx(unit_bytes * beyond_shard)
+    # validation gathers parameters only, either way
+    for x in (BASE, lora):
+        assert mm._gathered_bytes(x, backward=False) == pytest.approx(unit_bytes * beyond_shard)
+    assert mm._gathered_bytes(replace(lora, dp_shard=1, world_size=1)) == 0.0
+
+
+def test_optimizer_temporaries_cpu_follow_the_largest_tensor_cuda_every_shard():
+    steady = {"cpu": 0.0, "cuda": 0.0}
+    peaks = {}
+    for accelerator in steady:
+        x = replace(BASE, accelerator=accelerator)
+        memory = mm.memory_per_rank(x)
+        steady[accelerator] = memory["params"] + memory["grads"] + memory["optimizer"]
+        peaks[accelerator] = mm.phase_peaks(x)["optimizer step"] - steady[accelerator]
+    shard = BASE.params / BASE.dp_shard * BASE.param_bytes
+    largest_shard = BASE.largest_tensor / BASE.dp_shard * BASE.param_bytes
+    # CPU: torch's single-tensor update, a few copies of the largest tensor's shard
+    assert peaks["cpu"] == pytest.approx(mm.OPTIMIZER_TEMPORARY_LARGEST * largest_shard, abs=8)
+    # CUDA: the foreach update's temporaries over every trainable shard
+    assert peaks["cuda"] == pytest.approx(mm.OPTIMIZER_TEMPORARY * shard, abs=8)
+    # more (smaller) tensors of the same total: CPU's temporaries shrink, CUDA's do not
+    small = replace(BASE, largest_tensor=BASE.largest_tensor // 4)
+    assert mm.phase_peaks(small)["optimizer step"] < mm.phase_peaks(BASE)["optimizer step"]
+    cuda_small = replace(small, accelerator="cuda")
+    assert mm.phase_peaks(cuda_small)["optimizer step"] == pytest.approx(
+        steady["cuda"] + peaks["cuda"], abs=8
+    )
