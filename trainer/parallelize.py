@@ -37,6 +37,7 @@ from jobs.recipe.typed import Topology as Layout
 from models import hooks
 from models.common.parallelize import ParallelPlan, lora_on_sequence_parallel_ends
 from models.common.wrappers import unwrap_model
+from models.registry import LORA_TP_PLANS, resolve_reference
 from trainer.context_parallel import apply_context_parallel
 from trainer.distributed import Topology
 from trainer.errors import data_error, unsupported
@@ -50,11 +51,13 @@ def apply_tensor_parallel(
     reason = plan.tp_unsupported_reason(model, topology.tp_size)
     if reason:
         raise unsupported(f"distributed.tp_size: {reason}; set distributed.tp_size: 1")
-    if type(plan) is not ParallelPlan and any(hasattr(m, "lora_A") for m in model.modules()):
-        # only the common dense plan places LoRA adapters beside its sharded projections
+    places_lora = any(plan is resolve_reference(name) for name in LORA_TP_PLANS)
+    if not places_lora and any(hasattr(m, "lora_A") for m in model.modules()):
+        # only these plans place LoRA adapters beside their sharded projections
         raise unsupported(
-            f"distributed.tp_size: LoRA with tensor parallelism needs the common dense plan, "
-            f"and {type(plan).__name__} shards its own way; set distributed.tp_size: 1"
+            f"distributed.tp_size: LoRA with tensor parallelism needs a plan that places "
+            f"the adapters, and {type(plan).__name__} shards its own way; set "
+            "distributed.tp_size: 1"
         )
     ends = lora_on_sequence_parallel_ends(model) if sequence_parallel else []
     if ends:

@@ -17,7 +17,7 @@ from typing import Any
 from jobs.recipe.errors import FieldError, shown
 from jobs.recipe.plan.requirements import cuda_only_errors
 from jobs.recipe.topology.pipeline import parallel_size, pipeline_errors
-from models.registry import DENSE_PARALLEL_PLAN, get_entry
+from models.registry import LORA_TP_PLANS, get_entry
 
 BACKEND_OF = {"cuda": "nccl", "cpu": "gloo"}
 NOT_YET = "is not supported by tuneyard's trainer yet"
@@ -220,20 +220,22 @@ def _lora_sequence_parallel_errors(
 def lora_tensor_parallel_errors(
     architecture: str, distributed: dict[str, Any], peft_enabled: bool
 ) -> list[FieldError]:
-    """LoRA under tensor parallelism runs where the family's tensor-parallel plan is the
-    common dense one, which places each projection's adapters beside its sharded base layer
-    (proven equal to a 1-process run; the trainer refuses the rest in
+    """LoRA under tensor parallelism runs where the family's tensor-parallel plan places
+    each projection's adapters beside its sharded base layer (`models.registry.LORA_TP_PLANS`:
+    the common dense plan and Qwen3's, proven equal to a 1-process run; the trainer refuses
+    the rest in
     `trainer.parallelize.apply_tensor_parallel`). A family with its own plan shards other
     modules (latent attention, soft-capped or fused projections) that the adapters would
     wrap unplaced."""
     entry = get_entry(architecture)
     if not peft_enabled or parallel_size(distributed, "tp_size") == 1 or entry is None:
         return []
-    if entry.parallel_plan == DENSE_PARALLEL_PLAN or not entry.capabilities.supports_tp:
+    if entry.parallel_plan in LORA_TP_PLANS or not entry.capabilities.supports_tp:
         return []  # (no tensor parallelism at all is refused by the capability rule)
     msg = (
         f"LoRA with tensor parallelism {NOT_YET} for {architecture} (only the common dense "
-        "plan, of Llama, Mistral and Qwen2, places the adapters beside its sharded projections)"
+        "plan, of Llama, Mistral and Qwen2, and Qwen3's place the adapters beside their "
+        "sharded projections)"
     )
     fix = "set distributed.tp_size: 1 or remove the peft section"
     return [FieldError("distributed.tp_size", msg, fix)]

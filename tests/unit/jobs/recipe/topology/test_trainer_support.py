@@ -134,6 +134,24 @@ def test_lora_with_tensor_parallelism_is_refused_for_a_family_with_its_own_plan(
     assert validate(recipe, nproc_per_node=2).valid
 
 
+def test_lora_with_tensor_parallelism_runs_on_qwen3s_plan(validate, recipe, data_root):
+    """Qwen3's plan is the dense one plus its q/k norms: it places the adapters
+    (tests/integration/trainer/test_qwen3_lora_tp_run.py proves it equal to one process)."""
+    config = {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 512,
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+        "max_position_embeddings": 256, "tie_word_embeddings": False,
+    }  # fmt: skip
+    recipe["model"]["pretrained_model_name_or_path"] = str(
+        write_model_dir(data_root / "qwen3", config)
+    )
+    recipe["peft"] = {"dim": 4}
+    recipe["distributed"].update(strategy="fsdp2", tp_size=2, sequence_parallel=True)
+    result = validate(recipe, nproc_per_node=2)
+    assert result.valid, [str(e) for e in result.errors]
+
+
 def test_the_matching_backend_is_accepted(validate, recipe):
     recipe["dist_env"] = {"backend": "gloo"}
     assert validate(recipe).valid
