@@ -44,15 +44,16 @@ NATIVE_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 DENSE_PARALLEL_PLAN = "models.common.parallelize:DENSE_PLAN"
 # The plans that place a LoRA-wrapped projection's adapters beside its sharded base layer,
 # each proven equal to one process under tp: the dense plan (`test_lora_tp_runs.py`) and
-# the dense plan plus norms of Qwen3, Gemma 2 and Gemma 3 (`test_family_lora_tp_runs.py`).
-# The other family plans shard modules (latent attention, fused projections) whose
-# adapters they do not place.
+# the dense plan plus norms of Qwen3, Gemma 2 and Gemma 3, and Phi-3's dense plan
+# (`test_family_lora_tp_runs.py`). The other family plans shard modules (latent
+# attention, experts) whose adapters they do not place.
 LORA_TP_PLANS = frozenset(
     {
         DENSE_PARALLEL_PLAN,
         "models.qwen3.parallelize:QWEN3_PLAN",
         "models.gemma2.parallelize:GEMMA2_PLAN",
         "models.gemma3.parallelize:GEMMA3_PLAN",
+        "models.phi3.parallelize:PHI3_PLAN",
     }
 )
 

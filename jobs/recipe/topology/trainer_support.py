@@ -222,7 +222,7 @@ def lora_tensor_parallel_errors(
 ) -> list[FieldError]:
     """LoRA under tensor parallelism runs where the family's tensor-parallel plan places
     each projection's adapters beside its sharded base layer (`models.registry.LORA_TP_PLANS`:
-    the common dense plan and those of Qwen3 and Gemma 2/3, proven equal to a 1-process run; the trainer refuses
+    the common dense plan and those of Qwen3, Gemma 2/3 and Phi-3, proven equal to a 1-process run; the trainer refuses
     the rest in
     `trainer.parallelize.apply_tensor_parallel`). A family with its own plan shards other
     modules (latent attention, soft-capped or fused projections) that the adapters would
@@ -234,8 +234,8 @@ def lora_tensor_parallel_errors(
         return []  # (no tensor parallelism at all is refused by the capability rule)
     msg = (
         f"LoRA with tensor parallelism {NOT_YET} for {architecture} (only the common dense "
-        "plan, of Llama, Mistral and Qwen2, and the plans of Qwen3, Gemma 2 and Gemma 3 "
-        "place the adapters beside their sharded projections)"
+        "plan, of Llama, Mistral and Qwen2, and the plans of Qwen3, Gemma 2, Gemma 3 and "
+        "Phi-3 place the adapters beside their sharded projections)"
     )
     fix = "set distributed.tp_size: 1 or remove the peft section"
     return [FieldError("distributed.tp_size", msg, fix)]
