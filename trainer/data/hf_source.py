@@ -183,8 +183,8 @@ def _builder_split(path: str, split: SplitSpec, name: str | None, label: str) ->
         raise data_error(f"dataset: cannot read split {split.base!r} of {label}: {exc}") from None
 
 
-def _hub(repo: str, split: SplitSpec, name: str | None) -> Source:
-    snapshot = snapshot_dir(repo)  # the cached commit: its path names the content
+def _hub(repo: str, split: SplitSpec, name: str | None, revision: str | None = None) -> Source:
+    snapshot = snapshot_dir(repo, revision)  # the cached commit: its path names the content
     identity = {"hub": repo, "snapshot": str(snapshot), "config": name, "split": split.base}
     return Source(
         f"{repo}[{split.base}]", identity, lambda: _builder_split(str(snapshot), split, name, repo)
@@ -253,14 +253,16 @@ def locate(
     *,
     name: str | None = None,
     raw_json: bool = False,
+    revision: str | None = None,
 ) -> tuple[Source, SplitSpec]:
     """The rows `path_or_id` names (files, a directory, a hub name in the cache) and the split.
 
     `raw_json`: JSON/JSONL files are parsed here, one JSON text per row, not by Arrow.
+    `revision`: a hub name's branch, tag or commit (the default branch when None).
     """
     spec = parse_split(split)
     if isinstance(path_or_id, str) and is_hub_dataset(path_or_id):
-        return _hub(path_or_id, spec, name), spec
+        return _hub(path_or_id, spec, name, revision), spec
     if isinstance(path_or_id, str) and Path(path_or_id).expanduser().is_dir():
         return _directory(Path(path_or_id).expanduser(), spec, name), spec
     return _files(_local_files(path_or_id), raw_json), spec

@@ -57,8 +57,9 @@ def datasets_cache_dir() -> Path:
     return Path(cache).expanduser() if cache else _hf_home() / "datasets"
 
 
-def snapshot_dir(name: str) -> Path:
-    """The local snapshot directory of dataset repo `name`, downloaded first when online."""
+def snapshot_dir(name: str, revision: str | None = None) -> Path:
+    """The local snapshot directory of dataset repo `name` (at `revision`, the default
+    branch when None), downloaded first when online."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -71,7 +72,11 @@ def snapshot_dir(name: str) -> Path:
     cache = hub_cache_dir()
     try:
         path = snapshot_download(
-            repo_id=name, repo_type="dataset", cache_dir=cache, local_files_only=offline is not None
+            repo_id=name,
+            repo_type="dataset",
+            revision=revision,
+            cache_dir=cache,
+            local_files_only=offline is not None,
         )
     except (RepositoryNotFoundError, GatedRepoError) as exc:
         raise data_error(

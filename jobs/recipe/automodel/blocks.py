@@ -7,6 +7,13 @@
   into the plain policy mapping;
 - `model.config: {_target_: transformers.LlamaConfig, ...}` (a transformers config class)
   into the config mapping with its `model_type`;
+- `model.config: {_target_: transformers.AutoConfig.from_pretrained, <the model's own path>,
+  <overrides>}` on a `from_pretrained` loader (the weights loaded with their own config,
+  changed) into those overrides on the model (`_attn_implementation` is the loader's
+  `attn_implementation`); the config's `trust_remote_code` must be the model's grant;
+- `model: {_target_: nemo_automodel.components.models.gpt2.build_gpt2_model, <sizes>}` into
+  `from_config` with a GPT-2 config of those sizes (transformers' GPT2LMHeadModel, the same
+  architecture as AutoModel's own), with a warning naming what differs;
 - `checkpoint.save_consolidated: false` and `model_save_format: torch_save` into
   tuneyard's one checkpoint format, with a warning saying what is written instead;
 - a `tokenizer: {_target_: ...}` (or a bare `{pretrained_model_name_or_path}`) inside a
@@ -144,6 +151,99 @@ def _config_class(data: dict[str, Any]) -> list[FieldError]:
     return []
 
 
+AUTO_CONFIGS = {
+    "transformers.AutoConfig.from_pretrained",
+    "nemo_automodel.NeMoAutoConfig.from_pretrained",
+    "nemo_automodel._transformers.auto_config.NeMoAutoConfig.from_pretrained",
+}
+# keys of AutoConfig.from_pretrained's own section -> the loader keyword they become
+_CONFIG_TO_LOADER = {"_attn_implementation": "attn_implementation"}
+
+
+def _own_config(data: dict[str, Any]) -> list[FieldError]:
+    """`from_pretrained(path, config=AutoConfig.from_pretrained(path, **kw))` is
+    `from_pretrained(path, **kw)`: transformers applies a loader's config keywords to the
+    config it reads from the same path."""
+    model = data.get("model")
+    config = model.get("config") if isinstance(model, dict) else None
+    loader = model.get("_target_") if isinstance(model, dict) else None
+    if not (
+        isinstance(config, dict)
+        and isinstance(config.get("_target_"), str)
+        and config["_target_"] in AUTO_CONFIGS
+        and isinstance(loader, str)
+        and loader.endswith(".from_pretrained")
+        and config.get(PRETRAINED, model.get(PRETRAINED)) == model.get(PRETRAINED)
+    ):
+        return []  # another config's path, or a plain mapping: the allowlist answers
+    errors = []
+    if config.get("trust_remote_code") is True and model.get("trust_remote_code") is not True:
+        msg = "the config's repository code runs only when the model's does"
+        fix = "set model.trust_remote_code: true (it needs the project's grant), or remove this"
+        errors.append(FieldError("model.config.trust_remote_code", msg, fix))
+    for key, value in config.items():
+        if key in ("_target_", PRETRAINED, "trust_remote_code"):
+            continue
+        name = _CONFIG_TO_LOADER.get(key, key)
+        if name in model and model[name] != value:
+            msg = f"conflicts with model.{name} ({shown(value)} vs {shown(model[name])})"
+            errors.append(FieldError(f"model.config.{key}", msg, "keep one of the two"))
+    if errors:
+        return errors
+    model.pop("config")
+    for key, value in config.items():
+        if key not in ("_target_", PRETRAINED, "trust_remote_code"):
+            model[_CONFIG_TO_LOADER.get(key, key)] = value
+    return []
+
+
+FROM_CONFIG = "nemo_automodel.NeMoAutoModelForCausalLM.from_config"
+GPT2_BUILDER = "nemo_automodel.components.models.gpt2.build_gpt2_model"
+_GPT2_SIZES = (
+    "vocab_size",
+    "n_positions",
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "bos_token_id",
+    "eos_token_id",
+)
+GPT2_NOTE = (
+    "built as transformers' GPT2LMHeadModel from a gpt2 config of these sizes (AutoModel's "
+    "builder makes its own module of the same architecture: learned positions, pre-LayerNorm "
+    "blocks, exact GELU, dropout 0.1, tied embeddings); transformers starts the residual "
+    "projections at std 0.02/sqrt(2 x n_layer) where AutoModel's uses 0.02"
+)
+
+
+def _gpt2_builder(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldError]]:
+    model = data.get("model")
+    if not (isinstance(model, dict) and model.get("_target_") == GPT2_BUILDER):
+        return [], []
+    sizes = {k: v for k, v in model.items() if k in _GPT2_SIZES}
+    if model.get("n_ctx") is not None:  # AutoModel's legacy name for n_positions wins
+        sizes["n_positions"] = model["n_ctx"]
+    warnings = [FieldError("model._target_", f"accepted: {GPT2_NOTE}")]
+    if "attn_implementation" in model:
+        why = "AutoModel's GPT-2 builder ignores it too; the model attends with SDPA"
+        warnings.append(FieldError("model.attn_implementation", f"accepted and ignored: {why}"))
+    known = {"_target_", "n_ctx", "attn_implementation", *_GPT2_SIZES}
+    errors = [
+        FieldError(
+            f"model.{key}",
+            f"build_gpt2_model takes no argument {key!r} (AutoModel ignores it)",
+            f"remove it; the builder takes {', '.join(('n_ctx', *_GPT2_SIZES))}",
+        )
+        for key in model
+        if key not in known
+    ]
+    if errors:
+        return errors, []
+    config = {"model_type": "gpt2", "activation_function": "gelu", **sizes}
+    data["model"] = {"_target_": FROM_CONFIG, "config": config}
+    return [], warnings
+
+
 def _checkpoint_format(data: dict[str, Any]) -> list[FieldError]:
     checkpoint = data.get("checkpoint")
     if not isinstance(checkpoint, dict):
@@ -203,6 +303,7 @@ def _tokenizer_remote_code(data: dict[str, Any]) -> list[FieldError]:
 
 def fold_automodel_blocks(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldError]]:
     """Fold the blocks above in place: (errors, warnings)."""
-    errors = _distributed_config(data) + _mp_policy(data) + _config_class(data)
+    errors = _distributed_config(data) + _mp_policy(data) + _config_class(data) + _own_config(data)
     errors += _dataset_tokenizer(data) + _tokenizer_remote_code(data)
-    return errors, _checkpoint_format(data) + _ignored_blocks(data)
+    gpt2_errors, gpt2_warnings = _gpt2_builder(data)
+    return errors + gpt2_errors, gpt2_warnings + _checkpoint_format(data) + _ignored_blocks(data)

@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict
 
 from jobs.recipe.automodel.sections import KernelValues
-from jobs.recipe.targets import specs_automodel, specs_pretrain, specs_sft
+from jobs.recipe.targets import specs_automodel, specs_pretrain, specs_sft, specs_tool_chat
 from jobs.recipe.targets.plugins import operator_specs
 from jobs.recipe.targets.spec import TargetSpec
 from jobs.recipe.targets.spec import spec as _spec
 from jobs.recipe.targets.specs_sft import ChatTemplate
 
-AREAS = (specs_sft, specs_pretrain, specs_automodel)
+AREAS = (specs_sft, specs_pretrain, specs_automodel, specs_tool_chat)
 
 
 # Keyword names of torch 2.13's optimizers, less `params` (injected); checked against
