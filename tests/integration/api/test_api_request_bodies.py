@@ -1,6 +1,7 @@
 """How the API answers a body it cannot take, and how it sends large answers: a malformed
 JSON body says where it broke, an unknown body field gets a "did you mean" among the fields
-of the model it sits in, a large list is gzip-compressed for a client that accepts it, and
+of the model it sits in, a large list is gzip-compressed for a client that accepts it (one
+job is not), and
 the OpenAPI document describes `recipe` with the recipe's sections."""
 
 from __future__ import annotations
@@ -71,6 +72,21 @@ def test_a_large_list_is_gzipped_for_a_client_that_accepts_it(client, stack, bod
                        headers={**stack.headers("read"), "Accept-Encoding": "identity"})  # fmt: skip
     assert "content-encoding" not in plain.headers
     assert json.loads(plain.content) == answer.json()
+
+
+def test_one_job_is_sent_as_is_even_to_a_client_that_accepts_gzip(client, stack, body) -> None:
+    """A submit's answer (and a read of one job) is a few KB: compressing it cost the submit
+    more CPU than it saves on the wire (`api.main.GZIP_MIN_BYTES`)."""
+    from api.main import GZIP_MIN_BYTES
+
+    headers = {**stack.headers(), "Accept-Encoding": "gzip"}
+    answer = client.post("/v1/jobs", json=body, headers=headers)
+    assert answer.status_code == 201, answer.text
+    assert "content-encoding" not in answer.headers
+    assert 1024 < len(answer.content) < GZIP_MIN_BYTES  # gzipped under the old 1 KB floor
+    read = client.get(f"/v1/jobs/{answer.json()['id']}", headers=headers)
+    assert read.status_code == 200
+    assert "content-encoding" not in read.headers
 
 
 def test_a_small_answer_is_sent_as_is(client, stack) -> None:
