@@ -265,6 +265,23 @@ class RestoreFailed(Exception):
     """The stored checkpoint a recipe names could not be downloaded and verified."""
 
 
+class LeaseLost(RestoreFailed):
+    """The attempt lost its lease while a transfer ran (`while_renewing`)."""
+
+
+def _store_holding(url: str) -> tuple[ArtifactStore, str]:
+    """This worker's artifact store and the key of `url` in it. ValueError, saying why, when
+    TUNEYARD_ARTIFACT_STORE is invalid or unset, or `url` lies outside that store."""
+    try:
+        store = ArtifactStore.from_url(get_settings().artifact_store)
+    except ValueError as exc:
+        raise ValueError(f"TUNEYARD_ARTIFACT_STORE: {exc}") from exc
+    key = store.location.key_of(url) if store is not None else None
+    if store is None or key is None:
+        raise ValueError(f"{url} is not a checkpoint of this worker's store")
+    return store, key
+
+
 def restore_stored_checkpoint(recipe: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """The recipe to launch with: unchanged, or with an `s3://` restore_from downloaded,
     verified and replaced by its local directory."""
@@ -275,12 +292,11 @@ def restore_stored_checkpoint(recipe: dict[str, Any], run_dir: Path) -> dict[str
     if not is_store_url(url):
         return recipe
     try:
-        store = ArtifactStore.from_url(get_settings().artifact_store)
+        store, key = _store_holding(url)
     except ValueError as exc:
-        raise RestoreFailed(f"restore_from.path: TUNEYARD_ARTIFACT_STORE: {exc}") from exc
-    key = store.location.key_of(url) if store is not None else None
-    found = parse_checkpoint_key(store.location, key) if store and key else None
-    if store is None or found is None:
+        raise RestoreFailed(f"restore_from.path: {exc}") from exc
+    found = parse_checkpoint_key(store.location, key)
+    if found is None:
         raise RestoreFailed(f"restore_from.path: {url} is not a checkpoint of this worker's store")
     target = run_dir / RESTORED_DIR / f"{found.job_id}-step_{found.step}"
     try:
@@ -325,12 +341,9 @@ def fetch_evicted_checkpoint(job_id: str, step: int, target: Path) -> Path | Non
     if url is None:
         return None
     try:
-        store = ArtifactStore.from_url(get_settings().artifact_store)
+        store, key = _store_holding(url)
     except ValueError as exc:
-        raise ManifestError(f"TUNEYARD_ARTIFACT_STORE: {exc}") from exc
-    key = store.location.key_of(url) if store is not None else None
-    if store is None or key is None:
-        raise ManifestError(f"checkpoint step_{step} was evicted to {url}, not this store")
+        raise ManifestError(f"checkpoint step_{step} was evicted: {exc}") from exc
     stored = store.download(key, target)
     log.info("fetched evicted %s (%d bytes) into %s", url, stored.manifest.size, target)
     return target
@@ -340,7 +353,7 @@ def while_renewing(
     action: Callable[[], Any], keep_alive: Callable[[], bool], every: float = 1.0
 ) -> Any:
     """`action()` on a thread of its own, `keep_alive()` (the lease renewal) every `every`
-    seconds until it ends; its result, or its exception raised here. RestoreFailed when
+    seconds until it ends; its result, or its exception raised here. LeaseLost when
     `keep_alive()` answers False first (the attempt is no longer ours)."""
     outcome: dict[str, Any] = {}
 
@@ -355,7 +368,7 @@ def while_renewing(
     while thread.is_alive():
         thread.join(every)
         if thread.is_alive() and not keep_alive():
-            raise RestoreFailed("the attempt lost its lease while restoring")
+            raise LeaseLost("the attempt lost its lease while restoring")
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")

@@ -45,7 +45,7 @@ from jobs.store.queries import is_job_id
 from jobs.store.status import ExportStatus
 from jobs.store.tables import Export, Job
 from worker.artifact_uploads import (
-    RestoreFailed,
+    LeaseLost,
     fetch_evicted_checkpoint,
     store_export,
     while_renewing,
@@ -126,7 +126,7 @@ def execute_export(export_id: str, config: WorkerConfig) -> str:
     source = staging.parent / (SOURCE_PREFIX + export_id)
     try:
         fetched = _fetch_evicted(export_id, source, worker, attempt, config)
-    except RestoreFailed:
+    except LeaseLost:
         return "lease_lost"
     except (StoreError, ManifestError, OSError) as exc:
         shutil.rmtree(source, ignore_errors=True)
@@ -155,8 +155,8 @@ def _fetch_evicted(
     export_id: str, target: Path, worker: str, attempt: int, config: WorkerConfig
 ) -> Path | None:
     """Download the export's checkpoint into `target` when its local copy was evicted, the
-    lease renewed meanwhile; None when the local copy is there. RestoreFailed: the lease
-    was lost."""
+    lease renewed meanwhile; None when the local copy is there. LeaseLost: the lease was
+    lost."""
     with session_scope() as session:
         export = session.get(Export, export_id)
         job_id, step = (export.job_id, export.step) if export else ("", 0)

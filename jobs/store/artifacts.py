@@ -67,13 +67,18 @@ def record_artifact(session: Session, record: ArtifactRecord) -> None:
     session.execute(stmt)
 
 
+def _deleted(job_id: Any, step: Any) -> Any:
+    """Retention deleted the checkpoint at (`job_id`, `step`) (columns of the outer query)."""
+    gone = select(CheckpointDeletion.id).where(
+        CheckpointDeletion.job_id == job_id, CheckpointDeletion.step == step
+    )
+    return gone.exists()
+
+
 def _checkpoint_deleted() -> Any:
     """The artifact is a checkpoint that retention deleted (its store copy may still be
     on its way out)."""
-    gone = select(CheckpointDeletion.id).where(
-        CheckpointDeletion.job_id == Artifact.job_id, CheckpointDeletion.step == Artifact.step
-    )
-    return and_(Artifact.kind == "checkpoint", gone.exists())
+    return and_(Artifact.kind == "checkpoint", _deleted(Artifact.job_id, Artifact.step))
 
 
 def _offered() -> Any:
@@ -148,9 +153,6 @@ def evictable_checkpoints(session: Session, finished_before: datetime) -> list[E
     """The local checkpoints of jobs that finished before `finished_before` (a terminal
     status: never one of a job that may still write or resume) that retention has not
     deleted, not yet evicted, with a live stored copy."""
-    gone = select(CheckpointDeletion.id).where(
-        CheckpointDeletion.job_id == Checkpoint.job_id, CheckpointDeletion.step == Checkpoint.step
-    )
     stored = and_(
         Artifact.job_id == Checkpoint.job_id,
         Artifact.kind == "checkpoint",
@@ -165,7 +167,7 @@ def evictable_checkpoints(session: Session, finished_before: datetime) -> list[E
             Job.status.in_([s.value for s in TERMINAL]),
             func.coalesce(Job.finished_at, Job.updated_at) <= finished_before,
             Checkpoint.evicted_at.is_(None),
-            ~gone.exists(),
+            ~_deleted(Checkpoint.job_id, Checkpoint.step),
         )
         .order_by(Checkpoint.job_id, Checkpoint.step)
     )

@@ -286,6 +286,26 @@ def test_an_evicted_checkpoint_is_restored_from_the_store(
         restore_stored_checkpoint(submitted, tmp_path / "third")
 
 
+def test_an_evicted_checkpoint_outside_this_workers_store_is_not_fetched(
+    project_id, store, tmp_path: Path, monkeypatch
+) -> None:
+    """A worker whose TUNEYARD_ARTIFACT_STORE names another bucket says where the copy is."""
+    from jobs.artifacts.manifest import ManifestError
+    from jobs.store.settings import get_settings
+    from worker.artifact_uploads import fetch_evicted_checkpoint
+    from worker.retention import apply_retention_once
+
+    job_id = _job(project_id, "moved", "succeeded", hours_ago=1)
+    _checkpoint(store, job_id, _run(job_id), 3)
+    apply_retention_once(config=WorkerConfig(checkpoint_cache_hours=0))
+    monkeypatch.setenv("TUNEYARD_ARTIFACT_STORE", "s3://another-bucket/elsewhere")
+    get_settings.cache_clear()
+    with pytest.raises(ManifestError, match="was evicted: s3://.* is not a checkpoint of this"):
+        fetch_evicted_checkpoint(job_id, 3, tmp_path / "fetched")
+    assert not (tmp_path / "fetched").exists()
+    assert fetch_evicted_checkpoint(job_id, 4, tmp_path / "never") is None  # not evicted
+
+
 def test_the_checkpoints_api_says_which_are_stored_only(project_id, store, tmp_path: Path):
     from fastapi.testclient import TestClient
 

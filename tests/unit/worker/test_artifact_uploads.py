@@ -13,7 +13,12 @@ import pytest
 from jobs.artifacts.s3 import ArtifactStore
 from jobs.recipe.paths.stored import artifact_key, parse_store
 from jobs.store.settings import get_settings
-from worker.artifact_uploads import RestoreFailed, restore_stored_checkpoint, while_renewing
+from worker.artifact_uploads import (
+    LeaseLost,
+    RestoreFailed,
+    restore_stored_checkpoint,
+    while_renewing,
+)
 
 JOB = str(uuid.uuid4())
 
@@ -84,7 +89,7 @@ def test_while_renewing_renews_until_done_and_hands_back_errors() -> None:
     with pytest.raises(ValueError, match="boom"):
         while_renewing(lambda: (_ for _ in ()).throw(ValueError("boom")), renew, every=0.01)
     stuck = threading.Event()
-    with pytest.raises(RestoreFailed, match="lost its lease"):
+    with pytest.raises(LeaseLost, match="lost its lease"):
         while_renewing(lambda: stuck.wait(5), lambda: False, every=0.01)
     stuck.set()
 
