@@ -25,7 +25,7 @@ from typing import Any
 from jobs.recipe.load.plain import LEAVES, field_names
 from jobs.recipe.sections.neftune import Neftune
 from jobs.recipe.sections.retention import KeepBest
-from jobs.recipe.sections.tokenizer_source import config_source
+from jobs.recipe.sections.tokenizer_source import tokenizer_source
 from jobs.recipe.sections.trackers import Mlflow, Wandb
 
 FORMAT = 2  # bump when a field changes meaning or is added; from_json refuses other formats
@@ -345,11 +345,8 @@ class Recipe:
         """Where the tokenizer loads from without a `tokenizer:` section: a dataset's (or the
         model's) `tokenizer_name_or_path`, else the model's own files, else (a model built
         from a config) where that config comes from, as AutoModel finds it."""
-        for call in (self.dataset, self.validation_dataset, self.model):
-            source = call.text("tokenizer_name_or_path") if call is not None else None
-            if source:
-                return source
-        return self.model_source or config_source(self.model.kwargs.get("config"))
+        datasets = [c.kwargs for c in (self.dataset, self.validation_dataset) if c is not None]
+        return tokenizer_source(self.model.kwargs, datasets)
 
     @property
     def pickled_weights(self) -> bool:

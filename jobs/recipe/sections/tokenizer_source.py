@@ -20,15 +20,28 @@ from jobs.recipe.targets.table import TARGETS
 DATASET_SECTIONS = ("dataset", "validation_dataset")
 
 
+def _text(section: dict[str, Any], key: str) -> str | None:
+    value = section.get(key)
+    return str(value) if value not in (None, "") and not isinstance(value, dict) else None
+
+
 def config_source(config: Any) -> str | None:
     """The directory or hub name a `from_config` model's config is read from: `config`
     given as one, or a nested config target's `pretrained_model_name_or_path`."""
     if isinstance(config, str) and config:
         return config
-    if isinstance(config, dict):
-        value = config.get("pretrained_model_name_or_path")
-        return value if isinstance(value, str) and value else None
-    return None
+    return _text(config, "pretrained_model_name_or_path") if isinstance(config, dict) else None
+
+
+def tokenizer_source(model: dict[str, Any], datasets: list[dict[str, Any]]) -> str | None:
+    """Where the tokenizer loads from without a `tokenizer:` section, given the model's and
+    the datasets' keywords: a dataset's (or the model's) `tokenizer_name_or_path`, else the
+    model's own files, else where its config is read from. The one rule the submit check
+    and the trainer (`Recipe.tokenizer_source`) share."""
+    for section in (*datasets, model):
+        if source := _text(section, "tokenizer_name_or_path"):
+            return source
+    return _text(model, "pretrained_model_name_or_path") or config_source(model.get("config"))
 
 
 def _section(out: dict[str, Any], name: str) -> dict[str, Any]:
@@ -37,13 +50,9 @@ def _section(out: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _has_source(out: dict[str, Any]) -> bool:
-    if _section(out, "tokenizer"):
-        return True
-    model = _section(out, "model")
-    if model.get("pretrained_model_name_or_path") or config_source(model.get("config")):
-        return True
-    return any(
-        _section(out, name).get("tokenizer_name_or_path") for name in (*DATASET_SECTIONS, "model")
+    datasets = [_section(out, name) for name in DATASET_SECTIONS]
+    return bool(_section(out, "tokenizer")) or bool(
+        tokenizer_source(_section(out, "model"), datasets)
     )
 
 
