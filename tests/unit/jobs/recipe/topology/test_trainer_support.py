@@ -114,37 +114,26 @@ def test_dora_with_tensor_parallelism_is_refused(validate, recipe):
     assert "DoRA" in error.msg and "not supported" in error.msg and "use_dora" in error.fix
 
 
-def test_lora_with_tensor_parallelism_runs_on_phi3s_plan(validate, recipe, data_root):
-    """Phi-3's plan is the dense one on its split projections (test_family_lora_tp_runs.py);
+FAMILY_CONFIGS = {  # families whose own plans place LoRA adapters under tp
+    "phi3": {"architectures": ["Phi3ForCausalLM"], "intermediate_size": 96, "resid_pdrop": 0.0},
+    "qwen3": {"architectures": ["Qwen3ForCausalLM"], "intermediate_size": 128, "head_dim": 32},
+}
+TINY_CORE = {"vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2,
+             "max_position_embeddings": 256, "tie_word_embeddings": False}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_CONFIGS))
+def test_lora_with_tensor_parallelism_runs_on_a_family_plan_that_places_it(
+    validate, recipe, data_root, family
+):
+    """Their plans are the dense one plus norms or on split projections
+    (tests/integration/trainer/test_family_lora_tp_runs.py proves each equal to one process);
     a plan that does not place adapters (DeepSeek-V3's latent attention) is refused in
     tests/unit/jobs/recipe/model/test_deepseek_v3_family_rules.py."""
-    config = {
-        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "vocab_size": 512,
-        "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
-        "resid_pdrop": 0.0, "tie_word_embeddings": False,
-    }  # fmt: skip
-    recipe["model"]["pretrained_model_name_or_path"] = str(
-        write_model_dir(data_root / "phi3", config)
-    )
-    recipe["peft"] = {"dim": 4}
-    recipe["distributed"].update(strategy="fsdp2", tp_size=2)
-    result = validate(recipe, nproc_per_node=2)
-    assert result.valid, [str(e) for e in result.errors]
-
-
-def test_lora_with_tensor_parallelism_runs_on_qwen3s_plan(validate, recipe, data_root):
-    """Qwen3's plan is the dense one plus its q/k norms: it places the adapters
-    (tests/integration/trainer/test_qwen3_lora_tp_run.py proves it equal to one process)."""
-    config = {
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 512,
-        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
-        "max_position_embeddings": 256, "tie_word_embeddings": False,
-    }  # fmt: skip
-    recipe["model"]["pretrained_model_name_or_path"] = str(
-        write_model_dir(data_root / "qwen3", config)
-    )
+    config = {**TINY_CORE, "model_type": family, **FAMILY_CONFIGS[family]}
+    directory = write_model_dir(data_root / family, config)
+    recipe["model"]["pretrained_model_name_or_path"] = str(directory)
     recipe["peft"] = {"dim": 4}
     recipe["distributed"].update(strategy="fsdp2", tp_size=2, sequence_parallel=True)
     result = validate(recipe, nproc_per_node=2)
