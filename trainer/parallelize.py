@@ -41,6 +41,7 @@ from models.registry import LORA_TP_PLANS, resolve_reference
 from trainer.context_parallel import apply_context_parallel
 from trainer.distributed import Topology
 from trainer.errors import data_error, unsupported
+from trainer.qlora import quantized_params
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -158,7 +159,7 @@ def _mp_policy(config: MixedPrecision | None, device: torch.device) -> MixedPrec
         )
         return MixedPrecisionPolicy()
     return MixedPrecisionPolicy(
-        param_dtype=_DTYPES[config.param_dtype],
+        param_dtype=_DTYPES[config.param_dtype] if config.param_dtype else None,
         reduce_dtype=_DTYPES[config.reduce_dtype],
         output_dtype=_DTYPES[config.output_dtype] if config.output_dtype else None,
         cast_forward_inputs=config.cast_forward_inputs,
@@ -174,11 +175,14 @@ def apply_fsdp2(
     experts: ExpertShards | None = None,
 ) -> None:
     expert_dp = experts is not None and experts.expert_dp_mesh is not None
+    ignored = quantized_params(model)  # QLoRA's quantized weights stay whole on every rank
+    if experts and not expert_dp:  # experts spread over ep ranks, no expert-dp group
+        ignored |= set(experts.params)
     options = dict(
         mesh=topology.fsdp_mesh,
         mp_policy=_mp_policy(layout.mixed_precision, device),
         reshard_after_forward=layout.reshard_after_forward,
-        ignored_params=set(experts.params) if experts and not expert_dp else None,
+        ignored_params=ignored or None,
     )
     try:
         units = plan.fsdp_units(model)

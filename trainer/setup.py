@@ -38,11 +38,13 @@ from trainer import builders
 from trainer.checkpoint import consolidate, manager
 from trainer.data.collate import Collator
 from trainer.distributed import DistEnv, Topology, build_mesh, check_launch
+from trainer.embedding_repair import repair_embedding_rows
 from trainer.errors import checkpoint_error, data_error
 from trainer.hub_models import pin_hub_models
 from trainer.neftune import attach_neftune
 from trainer.parallelize import parallelize
 from trainer.pipeline import build_pipeline
+from trainer.qlora import quantize_model
 from trainer.train_state import recipe_hash, restore_rng, seed_everything
 
 FULL_LOAD_ENV = "TUNEYARD_FULL_MODEL_LOAD"  # "1": every rank loads the whole model first
@@ -158,6 +160,8 @@ def _meta_model(recipe: Recipe) -> tuple[nn.Module, Path] | None:
         return None
     if recipe.topology.pp_size > 1:  # stages are split from the whole model
         return None
+    if recipe.embedding_row_repair is not None:  # repaired on the whole tensors, then sharded
+        return None
     if recipe.topology.strategy != "fsdp2":
         return None
     if targets.resolve_target(recipe.model.target, "model").import_path != (
@@ -200,7 +204,10 @@ def build_model_stack(
     tokenizer = builders.load_tokenizer(recipe)
     model = builders.build_model(recipe.model)
     builders.check_vocab(tokenizer, model)
+    repair_embedding_rows(model, recipe.embedding_row_repair, env.is_rank0)  # the base load
     architecture = architecture_of(model)
+    if recipe.quantization is not None:  # QLoRA: bitsandbytes' layers, before PEFT wraps them
+        quantize_model(model, recipe.quantization, env.device)
     model = builders.apply_peft(model, recipe.peft)  # PEFT freezes the base model
     is_peft = recipe.peft is not None
     if ckpt is not None:

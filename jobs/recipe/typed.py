@@ -23,7 +23,9 @@ from functools import cache
 from typing import Any
 
 from jobs.recipe.load.plain import LEAVES, field_names
+from jobs.recipe.sections.embedding_row_repair import EmbeddingRowRepair
 from jobs.recipe.sections.neftune import Neftune
+from jobs.recipe.sections.quantization import Quantization
 from jobs.recipe.sections.retention import KeepBest
 from jobs.recipe.sections.tokenizer_source import tokenizer_source
 from jobs.recipe.sections.trackers import Mlflow, Wandb
@@ -82,7 +84,7 @@ class StepScheduler:
 class MixedPrecision:
     """FSDP2's mixed-precision policy (dtype names; `output_dtype` None keeps the output's)."""
 
-    param_dtype: str
+    param_dtype: str | None  # None: the parameters' own dtype
     reduce_dtype: str
     output_dtype: str | None
     cast_forward_inputs: bool
@@ -334,6 +336,9 @@ class Recipe:
     # revision (`trainer.hub_models`). Added later, like `recovery`.
     hub_revisions: dict[str, str] = field(default_factory=dict)
     neftune: Neftune | None = None  # noisy input embeddings; added later, like `recovery`
+    # near-zero input-embedding rows rewritten on the loaded model; added later, like `recovery`
+    embedding_row_repair: EmbeddingRowRepair | None = None
+    quantization: Quantization | None = None  # QLoRA's quantized base; added later, like `recovery`
 
     @property
     def model_source(self) -> str | None:

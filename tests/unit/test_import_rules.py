@@ -127,6 +127,7 @@ ALLOWED: dict[str, Allowed] = {
             "models.qwen3_moe",
             "wandb",  # optional experiment trackers, imported inside trainer.trackers only
             "mlflow",
+            "bitsandbytes",  # QLoRA's quantized layers, imported inside trainer.qlora only
         },
     ),  # fmt: skip
     "models": allow(

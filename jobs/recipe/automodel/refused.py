@@ -26,13 +26,6 @@ class RefusedSection:
 
 
 SECTIONS: dict[str, RefusedSection] = {
-    "embedding_row_repair": RefusedSection(
-        "AutoModel rewrites input-embedding rows whose norm is near zero (from the output "
-        "embedding's direction, at the healthy rows' RMS norm) before training",
-        "tuneyard's trainer does not repair rows, so training would start from different weights",
-        "repair the checkpoint's embedding rows before submitting and remove "
-        "embedding_row_repair (or set embedding_row_repair.enabled: false)",
-    ),
     "separate_meshes": RefusedSection(
         "AutoModel runs the distillation teacher on a device mesh of its own "
         "(`teacher_distributed`: other tp, pp or cp sizes over the same ranks, each teacher "

@@ -51,6 +51,7 @@ from jobs.recipe.paths.scope import JobScope
 from jobs.recipe.plan.batches import resolve_batches
 from jobs.recipe.sections.benchmark import check_benchmark
 from jobs.recipe.sections.chat_template import read_chat_template
+from jobs.recipe.sections.embedding_row_repair import check_embedding_row_repair
 from jobs.recipe.sections.kd import (
     KD_RECIPE,
     as_teacher_errors,
@@ -82,6 +83,7 @@ from jobs.recipe.targets.allowlist import (
     stray_target_errors,
     target_warnings,
 )
+from jobs.recipe.topology.megatron_fsdp import as_fsdp2
 from jobs.recipe.topology.pipeline import pipeline_config_errors
 from jobs.recipe.topology.section import setup_from_section
 from jobs.recipe.topology.setup import DistributedSetup
@@ -323,7 +325,7 @@ def automodel_forms(
     data: dict[str, Any], accelerator: str
 ) -> tuple[list[FieldError], list[FieldError]]:
     """AutoModel's side sections, ignored keys, value forms, keys without effect here and
-    its QLoRA section, folded in place: (errors, warnings)."""
+    folded in place: (errors, warnings)."""
     warnings = fold_side_sections(data)
     errors, block_warnings = fold_automodel_blocks(data)
     warnings += block_warnings
@@ -333,7 +335,6 @@ def automodel_forms(
         fold_value_forms(data),
         fold_inert_keys(data),
         refused_features(data),
-        check_quantization(data, accelerator),
     ):
         errors, warnings = errors + errs, warnings + warns
     return errors, warnings
@@ -362,9 +363,17 @@ def normalize_recipe(
     errs, bench_warnings = check_benchmark(data, out)
     errors, warnings = errors + errs + _stray_targets(out), warnings + bench_warnings
     setup, errs = setup_from_section(data.get("distributed"), resources.world_size)
+    setup, notes = as_fsdp2(setup)  # checked as megatron_fsdp, runs (and is planned) as FSDP2
+    warnings += notes
     out["distributed"] = setup.to_dict() if setup else None
     out["neftune"], neftune_errors, notes = check_neftune(data.get("neftune"), out["distributed"])
     errors, warnings = errors + neftune_errors, warnings + notes
+    out["embedding_row_repair"], repair_errors, notes = check_embedding_row_repair(data)
+    errors, warnings = errors + repair_errors, warnings + notes
+    out["quantization"], quant_errors, notes = check_quantization(
+        data.get("quantization"), out, resources.accelerator
+    )
+    errors, warnings = errors + quant_errors, warnings + notes
     checks, path_errors = check_data_paths(out, settings, scope)
     _absolutize(out, checks)
     errors += errs + path_errors

@@ -287,6 +287,8 @@ TOP_LEVEL_KEYS = frozenset(
         "wandb",
         "mlflow",
         "neftune",  # `jobs.recipe.sections.neftune`
+        "embedding_row_repair",  # `jobs.recipe.sections.embedding_row_repair`
+        "quantization",  # QLoRA: `jobs.recipe.sections.quantization`
     }
 )
 

@@ -405,7 +405,7 @@ def capability_errors(
                 "set distributed.sequence_parallel: false",
             )
         )
-    if distributed.get("strategy") in ("fsdp2", "megatron_fsdp") and not caps.supports_fsdp:
+    if distributed.get("strategy") == "fsdp2" and not caps.supports_fsdp:
         errors.append(
             FieldError(
                 "distributed.strategy",

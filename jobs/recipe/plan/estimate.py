@@ -140,7 +140,16 @@ def estimate_inputs(
         full_load=_full_load(recipe, setup),
         **_tensor_sizes(weights, layers),
         **_run_phases(recipe),
+        **_quantization(recipe),
     )
+
+
+def _quantization(recipe: dict[str, Any]) -> dict[str, Any]:
+    """QLoRA's width and double quantization (`jobs.recipe.sections.quantization`)."""
+    section = recipe.get("quantization")
+    if not section:
+        return {}
+    return {"quant_bits": int(section["bits"]), "quant_double": bool(section["double_quant"])}
 
 
 def _tensor_sizes(weights: list[Weight], layers: int) -> dict[str, int]:

@@ -17,6 +17,7 @@ A run's peak is the largest of its phases, each what one rank holds at that mome
 - the checkpoint save: gradients are gone; rank 0 gathers one whole tensor at a time
   (consolidation), and an asynchronous save also keeps a CPU copy of the whole model on
   rank 0 and of its optimizer shard on every rank (host memory: CPU only).
+QLoRA keeps the decoder layers' linear weights quantized, whole on every rank.
 Tensor parallelism splits parameters and activations by tp, pipeline stages by pp, context
 parallelism the sequence by cp, expert parallelism the experts by ep; FSDP2 shards over
 dp_shard x cp. CPU adds the process's own memory (fitted constants); CUDA counts
@@ -100,11 +101,13 @@ class EstimateInputs:
     async_save: bool = False
     save_optimizer: bool = True
     val_micro_batch: int = 0  # 0: no validation pass
+    quant_bits: int = 0  # QLoRA: the decoder layers' linear weights in 4 or 8 bits (0: none)
+    quant_double: bool = True  # 4-bit: the blocks' scales quantized too (double quantization)
 
 
 def _shards(x: EstimateInputs) -> tuple[int, int]:
     """(divisor of dense parameters, divisor of expert parameters) on one rank."""
-    fsdp = x.dp_shard * x.cp if x.strategy in ("fsdp2", "megatron_fsdp") else 1
+    fsdp = x.dp_shard * x.cp if x.strategy == "fsdp2" else 1
     dense = fsdp * x.tp * x.pp
     return dense, (x.ep * x.pp if x.ep > 1 else dense)
 
@@ -114,6 +117,24 @@ def _held_trained(x: EstimateInputs) -> tuple[float, float]:
     dense, expert = _shards(x)
     held = (x.params - x.expert_params) / dense + x.expert_params / expert
     return held, (held if x.lora_rank is None else x.trainable / dense)
+
+
+def _quantized(x: EstimateInputs) -> int:
+    """Parameters QLoRA quantizes: the decoder layers' linear weights (not the embedding,
+    the head or native grouped experts; norms are a negligible part of a layer)."""
+    return x.params - x.root_params - x.expert_params if x.quant_bits else 0
+
+
+def _held_param_bytes(x: EstimateInputs, held: float) -> float:
+    """Bytes of the parameters a rank holds. QLoRA's quantized weights stay out of FSDP2's
+    sharding (whole on every rank): 4 bits and a scale per 64-weight block (a byte under
+    double quantization, else fp32), or 8 bits and a per-row fp32 scale."""
+    quantized = _quantized(x)
+    if not quantized:
+        return held * x.param_bytes
+    dense, _ = _shards(x)
+    per_weight = (0.5 + (1 if x.quant_double else 4) / 64) if x.quant_bits == 4 else 1.0
+    return (held - quantized / dense) * x.param_bytes + quantized * per_weight
 
 
 def _grad_bytes(x: EstimateInputs, trained: float) -> float:
@@ -163,7 +184,8 @@ def _gathered_bytes(x: EstimateInputs, backward: bool = True) -> float:
     dense, _ = _shards(x)
     if x.strategy != "fsdp2" or dense <= 1:
         return 0.0
-    unit = (x.head_params or x.root_params) + x.layer_params
+    # QLoRA's quantized layer weights are never gathered
+    unit = (x.head_params or x.root_params) + (0 if x.quant_bits else x.layer_params)
     grads = FSDP_GATHERED_GRADS if backward and x.lora_rank is None else 0.0
     copies = FSDP_GATHERED_PARAMS + grads
     return copies * unit / x.tp * x.compute_bytes * (1 - 1 / dense)
@@ -184,7 +206,7 @@ def _save_bytes(x: EstimateInputs, held: float, optimizer: float) -> float:
     snapshot = 0.0
     if x.async_save and x.accelerator != "cuda":  # the copies live in host memory
         snapshot = x.params * x.param_bytes + (optimizer if x.save_optimizer else 0.0)
-    return held * x.param_bytes + optimizer + gather + snapshot
+    return _held_param_bytes(x, held) + optimizer + gather + snapshot
 
 
 def _optimizer_temporary_bytes(x: EstimateInputs, trained: float) -> float:
@@ -201,7 +223,7 @@ def _optimizer_temporary_bytes(x: EstimateInputs, trained: float) -> float:
 def phase_peaks(x: EstimateInputs) -> dict[str, float]:
     """Bytes one rank holds at the peak of each phase of the run (process overhead apart)."""
     held, trained = _held_trained(x)
-    params, grads = held * x.param_bytes, _grad_bytes(x, trained)
+    params, grads = _held_param_bytes(x, held), _grad_bytes(x, trained)
     optimizer = trained * x.param_bytes * x.optimizer_states
     steady = params + grads + optimizer
     phases = {
@@ -242,7 +264,7 @@ def memory_per_rank(x: EstimateInputs) -> dict[str, int]:
     load or save buffers, optimizer temporaries, the process's own), total."""
     held, trained = _held_trained(x)
     parts = {
-        "params": int(held * x.param_bytes),
+        "params": int(_held_param_bytes(x, held)),
         "grads": int(_grad_bytes(x, trained)),
         "optimizer": int(trained * x.param_bytes * x.optimizer_states),
         "activations": activation_bytes(x),

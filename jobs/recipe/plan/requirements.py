@@ -1,7 +1,8 @@
 """Optional packages a job needs, and where they must be importable.
 
 A recipe that names a callable from an optional package (Transformer Engine's `FusedAdam`,
-`flashoptim`, `dion`), turns on a tracker (`wandb:`, `mlflow:`) or asks for
+`flashoptim`, `dion`), turns on a tracker (`wandb:`, `mlflow:`), quantizes its base for
+QLoRA (`quantization:`, bitsandbytes) or asks for
 `attn_implementation: flash_attention_2` (the flash-attn package) *requires* that package:
 `required_packages` lists their import names for the plan (`plan.requires`). The worker
 advertises the packages it can import when it heartbeats (`worker_packages`); a worker
@@ -31,6 +32,7 @@ INSTALL = {
     "flash_attn": "pip install --no-build-isolation flash-attn",
     "wandb": "pip install 'tuneyard[wandb]'",
     "mlflow": "pip install 'tuneyard[mlflow]'",
+    "bitsandbytes": "pip install 'tuneyard[qlora]'",
 }
 OPTIONAL_PACKAGES = tuple(sorted(INSTALL))
 # Packages whose callables run CUDA kernels only: a CPU job naming one is refused at submit
@@ -51,6 +53,8 @@ def requirement_sources(normalized: Mapping[str, Any]) -> dict[str, str]:
     for section, package in TRACKER_PACKAGES.items():
         if normalized.get(section) is not None:
             found.setdefault(package, section)
+    if normalized.get("quantization") is not None:  # QLoRA's quantized linear layers
+        found.setdefault("bitsandbytes", "quantization")
     for section in ("model", "teacher_model"):  # transformers imports flash-attn for it
         model = normalized.get(section)
         if isinstance(model, dict) and model.get("attn_implementation") == "flash_attention_2":

@@ -75,9 +75,10 @@ def normalize_ac_scope(value: Any) -> tuple[str, ...]:
 
 @pydantic_dataclass(frozen=True, config=_STRICT)
 class MixedPrecision:
-    param_dtype: Dtype = "bfloat16"
+    # None as torch's MixedPrecisionPolicy: compute in (or return) the parameters' own dtype
+    param_dtype: Dtype | None = "bfloat16"
     reduce_dtype: Dtype = "float32"
-    output_dtype: Dtype = "bfloat16"
+    output_dtype: Dtype | None = "bfloat16"
     cast_forward_inputs: bool = True
 
 
@@ -105,6 +106,9 @@ class FSDP2Config:
 
 @pydantic_dataclass(frozen=True, config=_STRICT)
 class MegatronFSDPConfig:
+    """AutoModel's Megatron-FSDP options; the job runs them as FSDP2
+    (`jobs.recipe.topology.megatron_fsdp`)."""
+
     sequence_parallel: bool = False
     zero_dp_strategy: Literal[0, 1, 2, 3] = 3
     init_fsdp_with_meta_device: bool = False
@@ -115,6 +119,12 @@ class MegatronFSDPConfig:
     average_in_collective: bool = False
     disable_bucketing: bool = False
     calculate_per_token_loss: bool = False
+    megatron_fsdp_unit_modules: tuple[str, ...] | None = None
+    check_for_nan_in_grad: bool = True
+    report_nan_in_param_grad: bool = False
+    keep_fp8_transpose_cache: bool = False
+    nccl_ub: bool = False
+    fsdp_double_buffer: bool = False
 
 
 @pydantic_dataclass(frozen=True, config=_STRICT)

@@ -26,7 +26,7 @@ NOT_YET = "is not supported by tuneyard's trainer yet"
 def check_trainer_support(recipe: dict[str, Any], accelerator: str) -> list[FieldError]:
     distributed = recipe.get("distributed") or {}
     return [
-        *_parallelism_errors(distributed, accelerator),
+        *_parallelism_errors(distributed),
         *_context_parallel_errors(recipe, distributed),
         *pipeline_errors(recipe),
         *_expert_parallel_errors(distributed),
@@ -39,12 +39,11 @@ def check_trainer_support(recipe: dict[str, Any], accelerator: str) -> list[Fiel
     ]
 
 
-def _parallelism_errors(distributed: dict[str, Any], accelerator: str) -> list[FieldError]:
+def _parallelism_errors(distributed: dict[str, Any]) -> list[FieldError]:
     errors: list[FieldError] = []
     strategy = distributed.get("strategy")
-    if strategy == "megatron_fsdp":
-        errors.append(_megatron_fsdp_error(accelerator))
-    elif strategy not in (None, "fsdp2", "ddp"):
+    # megatron_fsdp runs as fsdp2 (`jobs.recipe.topology.megatron_fsdp`): no other name is left
+    if strategy not in (None, "fsdp2", "ddp"):
         msg = f"strategy {shown(strategy)} {NOT_YET}"
         errors.append(FieldError("distributed.strategy", msg, "use strategy: fsdp2 or ddp"))
     if strategy == "ddp" and parallel_size(distributed, "tp_size") > 1:
@@ -108,25 +107,6 @@ def _context_parallel_conflicts(
         ],
     ]
     return [(loc, msg) for loc, refused, msg in conflicts if refused]
-
-
-def _megatron_fsdp_error(accelerator: str) -> FieldError:
-    """Megatron-FSDP keeps its parameter and gradient buffers on the current CUDA device
-    (its constructor asks `torch.cuda.current_device()`), so no CPU job can run it; on CUDA
-    the trainer does not wire its optimizer wrapper and DTensor state dicts into the
-    checkpointer, so the job is refused rather than accepted and failed on the worker."""
-    fix = "use strategy: fsdp2 (the same ZeRO-3 sharding of parameters, gradients and optimizer state)"
-    if accelerator != "cuda":
-        msg = (
-            f"megatron_fsdp runs on CUDA only (Megatron-FSDP's buffers live on the GPU); "
-            f"the job's accelerator is {accelerator}"
-        )
-    else:
-        msg = (
-            f"strategy 'megatron_fsdp' {NOT_YET}: Megatron-FSDP's optimizer wrapper and "
-            "state dicts are not connected to tuneyard's checkpointing"
-        )
-    return FieldError("distributed.strategy", msg, fix)
 
 
 def _expert_parallel_errors(distributed: dict[str, Any]) -> list[FieldError]:

@@ -37,6 +37,10 @@ def test_mixed_precision_policy_applies_on_cuda_only() -> None:
     assert _mp_policy(config, torch.device("cpu")).param_dtype is None
     policy = _mp_policy(config, torch.device("cuda", 0))
     assert policy.param_dtype == torch.bfloat16 and policy.reduce_dtype == torch.float32
+    # megatron_fsdp's grad_reduce_in_fp32: compute in the parameters' dtype, reduce in fp32
+    reduce_only = MixedPrecision(None, "float32", None, cast_forward_inputs=True)
+    policy = _mp_policy(reduce_only, torch.device("cuda", 0))
+    assert policy.param_dtype is None and policy.reduce_dtype == torch.float32
 
 
 @pytest.fixture

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 from recipe_asserts import error_at
 
-from jobs.recipe.automodel.refused import PREFIX_TREE
+from jobs.recipe.automodel.refused import PREFIX_TREE, SECTIONS
 
 
-def test_embedding_row_repair_is_refused_unless_disabled(validate, recipe):
+def test_embedding_row_repair_is_run_not_refused(validate, recipe):
+    # the trainer repairs the rows (jobs.recipe.sections.embedding_row_repair)
+    assert "embedding_row_repair" not in SECTIONS
     recipe["embedding_row_repair"] = {"min_norm": 1.0e-4, "max_rows": 256}
-    error = error_at(validate(recipe), "embedding_row_repair")
-    assert "near zero" in error.msg and "does not repair rows" in error.msg
-    assert "remove embedding_row_repair" in error.fix
-    recipe["embedding_row_repair"]["enabled"] = False
     result = validate(recipe)
-    assert result.valid and any(w.loc == "embedding_row_repair" for w in result.warnings)
+    assert result.valid, [str(e) for e in result.errors]
+    assert result.typed.embedding_row_repair.min_norm == 1.0e-4
 
 
 def test_a_separate_teacher_mesh_is_refused_precisely(validate, recipe):

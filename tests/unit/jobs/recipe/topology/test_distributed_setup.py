@@ -49,14 +49,15 @@ def test_mesh_for_ddp_and_megatron_fsdp():
 
 
 @pytest.mark.parametrize("alias", ["megatron_fsdp", "megatron-fsdp", "mfsdp", "MFSDP"])
-def test_megatron_fsdp_aliases_resolve_and_are_refused_until_the_trainer_runs_it(
-    validate, hub_recipe, alias
-):
+def test_megatron_fsdp_aliases_resolve_and_run_as_fsdp2(validate, hub_recipe, alias):
     hub_recipe["distributed"]["strategy"] = alias
-    error = error_at(validate(hub_recipe), "distributed.strategy")
-    assert "megatron_fsdp runs on CUDA only" in error.msg and "fsdp2" in error.fix
-    error = error_at(validate(hub_recipe, accelerator="cuda"), "distributed.strategy")
-    assert "'megatron_fsdp'" in error.msg and "not supported" in error.msg
+    for accelerator in ("cpu", "cuda"):
+        result = validate(hub_recipe, accelerator=accelerator)
+        assert result.plan["strategy"] == "fsdp2", [str(e) for e in result.errors]
+        assert not [e for e in result.errors if e.loc == "distributed.strategy"]
+        assert "runs as FSDP2" in next(
+            w.msg for w in result.warnings if w.loc == "distributed.strategy"
+        )
 
 
 def test_build_is_a_value_error_and_frozen():

@@ -80,7 +80,6 @@ CASES = [
     ({"distributed": {"strategy": "fsdp2", "ep_size": 2, "tp_size": 2}}, 4, "distributed.ep_size"),
     ({"distributed": {"strategy": "fsdp2", "pp_size": 2}, "checkpoint": {"is_async": True}}, 2, "checkpoint.is_async"),
     ({"distributed": {"strategy": "fsdp2", "cp_size": 2}, "compile": {"enabled": True}}, 2, "compile.enabled"),
-    ({"distributed": {"strategy": "megatron_fsdp"}}, 1, "distributed.strategy"),
     ({"peft": {"dim": 4, "use_dora": True}, "distributed": {"strategy": "fsdp2", "tp_size": 2}}, 2, "distributed.tp_size"),
     ({"dist_env": {"backend": "nccl"}}, 1, "dist_env.backend"),
 ]  # fmt: skip
@@ -148,13 +147,14 @@ def test_the_matching_backend_is_accepted(validate, recipe):
 
 
 @pytest.mark.parametrize("accelerator", ["cpu", "cuda"])
-def test_megatron_fsdp_is_refused_at_submit_with_its_reason(validate, recipe, accelerator):
-    """Megatron-FSDP is CUDA-only, and the trainer does not wire it: refused at submit on
-    both accelerators (never accepted and then failed on a worker), pointing at fsdp2."""
+def test_megatron_fsdp_runs_as_fsdp2_on_both_accelerators(validate, recipe, accelerator):
+    """The trainer runs megatron_fsdp as FSDP2 (gloo on CPU, nccl on CUDA): accepted, with
+    the warning that says so (tests/unit/jobs/recipe/topology/test_megatron_fsdp_fold.py)."""
     recipe["distributed"].update(strategy="megatron_fsdp")
-    error = error_at(validate(recipe, accelerator=accelerator), "distributed.strategy")
-    assert "fsdp2" in error.fix
-    assert ("CUDA only" in error.msg) == (accelerator == "cpu"), error.msg
+    result = validate(recipe, accelerator=accelerator)
+    assert result.valid, [str(e) for e in result.errors]
+    assert result.typed.topology.strategy == "fsdp2"
+    assert any(w.loc == "distributed.strategy" for w in result.warnings)
 
 
 def test_lora_on_lm_head_with_sequence_parallelism_is_refused(validate, recipe):
