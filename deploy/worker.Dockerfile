@@ -32,9 +32,10 @@ COPY trainer ./trainer
 COPY migrations ./migrations
 COPY alembic.ini ./
 
-# Every package at the version CI tested (constraints.txt); torch from the CUDA index.
+# Every package at the version CI tested (constraints.txt); torch from the CUDA index;
+# bitsandbytes for QLoRA recipes (`quantization:`).
 # Editable: migrations find alembic.ini next to them in /app.
-RUN pip install --extra-index-url "${TORCH_INDEX_URL}" -c constraints.txt -e '.[train]' \
+RUN pip install --extra-index-url "${TORCH_INDEX_URL}" -c constraints.txt -e '.[train,qlora]' \
     && python -c "import torch, trainer; print('torch', torch.__version__, 'cuda', torch.version.cuda)" \
     && python -c "import re, sys, torch; pin = re.search(r'^torch==(\S+)$', open('constraints.txt').read(), re.M)[1]; sys.exit(torch.__version__.split('+')[0] != pin)"
 

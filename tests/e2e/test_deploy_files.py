@@ -135,7 +135,7 @@ def test_api_image_carries_no_torch_and_worker_image_takes_a_cuda_torch():
     assert "'torch' not in sys.modules" in api  # the build proves the API imports without it
     assert re.search(r"ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu\d+", worker)
     assert re.search(r'pip install --extra-index-url "\$\{TORCH_INDEX_URL\}"', worker)
-    assert "'.[train]'" in worker
+    assert "'.[train,qlora]'" in worker  # the trainer and QLoRA's bitsandbytes
 
 
 @pytest.mark.parametrize("dockerfile", ["api.Dockerfile", "worker.Dockerfile"])
