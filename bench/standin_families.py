@@ -112,6 +112,11 @@ FAMILIES: list[tuple[str, str, dict[str, Any]]] = [
     ),
     (r"Qwen/Qwen3-", "qwen3", {}),
     (
+        r"Qwen/Qwen1\.5-MoE-",
+        "qwen2_moe",
+        {**MOE, "num_experts": EXPERTS, "shared_expert_intermediate_size": 32},
+    ),
+    (
         r"google/gemma-2-",
         "gemma2",
         {

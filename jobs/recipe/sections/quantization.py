@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from jobs.recipe.errors import FieldError, shown
 from jobs.recipe.load.schema_errors import field_errors
+from jobs.recipe.topology.pipeline import parallel_size
 
 BITS = ("load_in_4bit", "load_in_8bit")
 REMOVE = (
@@ -78,11 +79,6 @@ class Quantization:
     int8_threshold: float = 6.0
 
 
-def _size(distributed: Any, key: str) -> int:
-    value = distributed.get(key) if isinstance(distributed, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 1
-
-
 def _layout_errors(out: dict[str, Any]) -> list[FieldError]:
     """What the rest of the recipe must be for a quantized base (module docstring)."""
     errors = []
@@ -96,7 +92,7 @@ def _layout_errors(out: dict[str, Any]) -> list[FieldError]:
         msg = "a from_config model has no pretrained weights to quantize"
         errors.append(FieldError("quantization", msg, f"load with from_pretrained, or {REMOVE}"))
     for key, why in WHOLE_WEIGHTS.items():
-        if (size := _size(out.get("distributed"), key)) > 1:
+        if (size := parallel_size(out.get("distributed") or {}, key)) > 1:
             msg = f"{size} cannot run with quantization: {why}, and a quantized weight is whole"
             errors.append(FieldError(f"distributed.{key}", msg, f"set {key}: 1, or {REMOVE}"))
     return errors
