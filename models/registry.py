@@ -81,8 +81,12 @@ _DENSE_TP_CP = ModelCapabilities(
 # Sparse MoE: FSDP2, LoRA and expert parallelism; sparse layers have no TP plan.
 _MOE_EP = ModelCapabilities(supports_tp=False, supports_ep=True)
 # Qwen3-MoE's native attention also runs context parallel, with experts spread over the
-# dp x cp ranks (tests/integration/trainer/test_expert_parallel_layouts_run.py).
-_MOE_EP_CP = ModelCapabilities(supports_tp=False, supports_ep=True, supports_cp=True)
+# dp x cp ranks (tests/integration/trainer/test_expert_parallel_layouts_run.py), and its
+# stages run pipeline parallel, experts spread within each stage
+# (tests/integration/trainer/test_moe_pipeline_runs.py).
+_MOE_EP_CP = ModelCapabilities(
+    supports_tp=False, supports_ep=True, supports_cp=True, supports_pp=True
+)
 # DeepSeek-V3: latent-attention TP (+ sequence parallel), expert parallelism, LoRA.
 _DEEPSEEK_V3 = ModelCapabilities(
     supports_tp=True, supports_sequence_parallel=True, supports_ep=True
@@ -142,7 +146,8 @@ for _entry in (
         TieSupport.UNTIED_ONLY,
         "qwen3_moe",
         notes="expert parallelism spreads the experts over groups of data-parallel x "
-        "context-parallel ranks (ep_size divides dp_size x cp_size, strategy fsdp2, no LoRA); "
+        "context-parallel ranks (ep_size divides dp_size x cp_size, strategy fsdp2, no LoRA), "
+        "within each stage under pipeline parallelism (no output_router_logits there); "
         "no tensor-parallel plan",
         config_model_types=("qwen3_moe",),
         parallel_plan="models.qwen3_moe.parallelize:QWEN3_MOE_PLAN",

@@ -90,9 +90,10 @@ def expert_meshes(topology: Topology) -> tuple[DeviceMesh, DeviceMesh | None]:
     data-parallel ranks, with their context-parallel peers when cp > 1 (a MoE layer routes
     tokens, whichever slice of the sequence they come from). ep peers are adjacent ranks.
     With ep_size == that span every such rank is an ep peer and no two ranks hold the same
-    experts (None). The span is one axis here: validation refuses ep with dp_replicate,
-    tp or pp. (`_unflatten` is DeviceMesh's way to split an axis into sub-axes that FSDP2
-    can combine with the experts' DTensor mesh.)"""
+    experts (None). The span is one axis here: validation refuses ep with dp_replicate or
+    tp. Under pipeline parallelism `fsdp_mesh` is this pp rank's sub-mesh, so each stage's
+    experts spread over the ranks holding that stage. (`_unflatten` is DeviceMesh's way to
+    split an axis into sub-axes that FSDP2 can combine with the experts' DTensor mesh.)"""
     ep, span = topology.ep_size, topology.dp_size * topology.cp_size
     if ep == span:
         return topology.fsdp_mesh, None
@@ -100,11 +101,12 @@ def expert_meshes(topology: Topology) -> tuple[DeviceMesh, DeviceMesh | None]:
     return mesh["ep"], mesh["edp"]
 
 
-def _ep_spans_dp_axis(topology: Topology) -> bool:
+def ep_spans_dp_axis(topology: Topology) -> bool:
     """Expert parallelism runs over the one data-parallel (x context-parallel) axis:
-    ep_size divides dp_size x cp_size."""
+    ep_size divides dp_size x cp_size. Under pipeline parallelism that axis is the pp
+    rank's own: each stage spreads its experts over the ranks that hold the stage."""
     names = topology.mesh.mesh_dim_names or ()
-    other_axes = topology.tp_size * topology.pp_size > 1
+    other_axes = topology.tp_size > 1
     span = topology.dp_size * topology.cp_size
     return not other_axes and "dp_replicate" not in names and span % topology.ep_size == 0
 
@@ -352,7 +354,7 @@ def parallelize(
     if topology.ep_size > 1:
         if strategy != "fsdp2":
             raise unsupported("distributed.ep_size > 1 needs strategy: fsdp2")
-        if not _ep_spans_dp_axis(topology):
+        if not ep_spans_dp_axis(topology):
             raise unsupported(
                 f"distributed.ep_size: {topology.ep_size} must divide dp_size x cp_size "
                 f"({topology.dp_size * topology.cp_size}) with tp, pp and dp_replicate sizes 1"

@@ -4,12 +4,15 @@
 `build_pipeline` splits the native model (`models.common.pipeline_split`): one stage per
 pp rank for the single-stage schedules (`1f1b`, `gpipe`), `layers_per_stage`-sized
 virtual stages (two per rank by default) placed round-robin for the looped ones
-(`interleaved1f1b`, `loopedbfs`). Each local stage is then
-sharded on this pp rank's sub-meshes in `trainer.parallelize`'s order (tensor parallel,
+(`interleaved1f1b`, `loopedbfs`). Each local stage is then sharded on this pp rank's
+sub-meshes in `trainer.parallelize`'s order (tensor parallel, expert parallel over the pp
+rank's data-parallel x context-parallel ranks when the stage holds grouped experts,
 activation checkpointing, FSDP2 per layer and the stage as root) and wrapped in a
-`PipelineStage`. The pruned model keeps this rank's parameters under their full-model
-names: it is what the optimizer steps and the checkpoint saves. A LoRA model is split
-through its base model; the adapters travel inside the stages' layers.
+`PipelineStage`. A MoE model's router load-balancing loss is refused: it is a function of
+every MoE layer's routing at once, and no stage sees them all. The pruned model keeps this
+rank's parameters under their full-model names: it is what the optimizer steps and the
+checkpoint saves. A LoRA model is split through its base model; the adapters travel
+inside the stages' layers.
 
 `train_step` is the fine-tuning step under PP: each data-loader batch is one schedule
 step of `local_batch_size / pp_microbatch_size` micro-batches, and the last stage's loss
@@ -34,15 +37,19 @@ from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_s
 from jobs.recipe.topology.pipeline import split_error, stage_count
 from jobs.recipe.typed import Topology as Layout
 from models import hooks
+from models.common.moe.parallelize import grouped_experts
 from models.common.pipeline_split import split_model, stage_layer_ranges
 from trainer.distributed import Topology, all_reduce_sum
 from trainer.errors import data_error, unsupported
 from trainer.loss import token_loss_sum
 from trainer.parallelize import (
+    ExpertShards,
     apply_activation_checkpointing,
+    apply_expert_parallel,
     apply_fsdp2,
     apply_tensor_parallel,
     clip_grad_norm,
+    ep_spans_dp_axis,
     row_refusal,
 )
 
@@ -145,11 +152,17 @@ def stage_layout(
 def shard_stage(
     stage: nn.Module, plan: Any, topology: Topology, layout: Layout, device: torch.device
 ) -> None:
-    """`trainer.parallelize`'s order on one stage: TP, activation checkpointing, FSDP2."""
+    """`trainer.parallelize`'s order on one stage: TP, expert parallelism (over this pp
+    rank's data-parallel x context-parallel ranks, when the stage holds experts),
+    activation checkpointing, FSDP2."""
     if topology.tp_size > 1:
         apply_tensor_parallel(stage, plan, topology, sequence_parallel=False)
+    experts: ExpertShards | None = None
+    kind = getattr(plan, "experts_class", None)
+    if topology.ep_size > 1 and kind is not None and grouped_experts(stage, kind):
+        experts = apply_expert_parallel(stage, plan, topology)
     apply_activation_checkpointing(stage, plan, layout.activation_checkpointing)
-    apply_fsdp2(stage, plan, topology, layout, device)
+    apply_fsdp2(stage, plan, topology, layout, device, experts)
 
 
 def build_pipeline(
@@ -166,7 +179,7 @@ def build_pipeline(
     # it keeps exactly this rank's adapters (and frozen base weights) under its own names.
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     plan = hooks.parallel_plan(base)  # the family's plan, found before pruning
-    refusal = row_refusal(base, layout)
+    refusal = row_refusal(base, layout) or _stage_refusal(base, plan, topology)
     if refusal:
         raise unsupported(refusal)
     layers = getattr(getattr(base, "model", None), "layers", None)
@@ -195,6 +208,26 @@ def build_pipeline(
         StageLoss(),
     )
     return model, pipeline
+
+
+def _stage_refusal(model: nn.Module, plan: Any, topology: Topology) -> str | None:
+    """What the stages cannot carry (validation refuses the same recipes): the router's
+    load-balancing loss, a function of every MoE layer's routing at once, which no stage
+    sees; expert parallelism outside one pp rank's data-parallel (x context) ranks."""
+    if getattr(model.config, "output_router_logits", False):
+        return (
+            "model.output_router_logits: the load-balancing loss needs every stage's "
+            "router logits; set it to false or distributed.pp_size: 1"
+        )
+    if topology.ep_size == 1:
+        return None
+    if not ep_spans_dp_axis(topology):
+        return (
+            f"distributed.ep_size: {topology.ep_size} must divide dp_size x cp_size "
+            f"({topology.dp_size * topology.cp_size}) with tp and dp_replicate sizes 1"
+        )
+    reason = plan.ep_unsupported_reason(model, topology.ep_size)
+    return f"distributed.ep_size: {reason}; set distributed.ep_size: 1" if reason else None
 
 
 def train_step(run: TrainingRun, micro_batches: list[dict[str, Any]]) -> tuple[float, float, int]:

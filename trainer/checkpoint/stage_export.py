@@ -5,8 +5,9 @@ full-model names). `save_pipeline_model` writes them all into one directory that
 `transformers` loads as is: every stage plans its own safetensors shards, the plans are
 shared over all ranks so the files get one global numbering (stage 0's first), each
 stage's ranks gather their DTensors one at a time exactly as `consolidate` does (every
-rank of a stage joins each `full_tensor`), and one rank per stage writes that stage's
-files. Rank 0 then writes `model.safetensors.index.json` over all of them, `config.json`
+rank of a stage joins each `full_tensor`; an expert-parallel stage's grouped experts come
+back whole from its ranks and are written per expert under the Hugging Face names by the
+family's adapter), and one rank per stage writes that stage's files. Rank 0 then writes `model.safetensors.index.json` over all of them, `config.json`
 and `generation_config.json`. No rank holds more than one full tensor at a time, and no
 weights cross stage boundaries. A LoRA run's adapter (`save_pipeline_adapter`) is small:
 each stage's writer sends its adapter tensors to rank 0, which writes one PEFT adapter;

@@ -7,13 +7,19 @@ or could not run: the V-shaped schedules (their stage placement is not wired) an
 zero-bubble ones (their split weight gradients are wrong with FSDP2 stages), a local
 batch that does not split into whole micro-batches or into as many as the schedule needs,
 and the features not proven with stages (sequence parallelism, whose sequence-sharded
-activations would cross stage boundaries as DTensors; experts; distillation;
+activations would cross stage boundaries as DTensors; distillation;
 compile; asynchronous checkpoints; packed rows; the Hugging Face model classes, which
 the stage split does not know). `pipeline_config_errors` checks the model's config:
 its decoder layers must split into the stages (`stage_count`, the one definition of how
-many stages a schedule gets, which the trainer uses too), and its lm_head must not be tied
-to the embeddings (they live on the first and the last stage). Whether the architecture
-supports PP at all is the registry's capability (`jobs.recipe.model.config`).
+many stages a schedule gets, which the trainer uses too), its lm_head must not be tied
+to the embeddings (they live on the first and the last stage), the router's
+load-balancing loss (`output_router_logits`) is refused (it is a function of every MoE
+layer's routing at once, and each stage sees only its own layers), and experts spread
+within the stages only for an architecture whose registry row declares both pipeline and
+expert parallelism (`trainer.pipeline.shard_stage`: over the pp rank's data-parallel x
+context-parallel ranks, the rule `trainer_support._expert_parallel_errors` states).
+Whether the architecture supports PP at all is the registry's capability
+(`jobs.recipe.model.config`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.recipe.errors import FieldError, shown
+from models.registry import capabilities_for, entry_for_model_type, registered_architectures
 
 SINGLE_STAGE_SCHEDULES = ("1f1b", "gpipe")
 LOOPED_SCHEDULES = ("interleaved1f1b", "loopedbfs")
@@ -106,11 +113,6 @@ def _conflicts(recipe: dict[str, Any], distributed: dict[str, Any]) -> list[tupl
             bool(distributed.get("sequence_parallel")),
             f"sequence parallelism {NOT_WIRED} (its activations would cross stages as DTensors)",
         ),
-        (
-            "distributed.ep_size",
-            parallel_size(distributed, "ep_size") > 1,
-            f"expert parallelism {NOT_WIRED}",
-        ),
         ("recipe", recipe.get("recipe") == "llm_kd", f"distillation {NOT_WIRED}"),
         (
             "compile.enabled",
@@ -190,6 +192,7 @@ def pipeline_config_errors(
                 "set distributed.pp_size: 1 or use a model with tie_word_embeddings: false",
             )
         )
+    errors += _moe_stage_errors(config, distributed)
     layers, pipeline = config.get("num_hidden_layers"), distributed.get("pipeline") or {}
     schedule = pipeline.get("pp_schedule", "1f1b")
     reason = split_error(schedule, pp, layers, pipeline) if isinstance(layers, int) else None
@@ -199,6 +202,51 @@ def pipeline_config_errors(
                 "distributed.pipeline.layers_per_stage",
                 reason,
                 "set layers_per_stage to num_hidden_layers / stages, or remove it",
+            )
+        )
+    return errors
+
+
+def _architecture(config: dict[str, Any]) -> str | None:
+    archs = config.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        return archs[0]
+    model_type = config.get("model_type")
+    entry = entry_for_model_type(model_type) if isinstance(model_type, str) else None
+    return entry.architecture if entry else None
+
+
+def _moe_stage_errors(config: dict[str, Any], distributed: dict[str, Any]) -> list[FieldError]:
+    """The router's load-balancing loss, and experts in stages of an architecture whose row
+    does not declare both pipeline and expert parallelism (capability_errors also names the
+    missing one)."""
+    errors = []
+    if config.get("output_router_logits"):
+        errors.append(
+            FieldError(
+                "model.output_router_logits",
+                "the router's load-balancing loss is a function of every MoE layer's routing "
+                f"at once, and each pipeline stage sees only its own layers; it {NOT_WIRED}",
+                "set model.output_router_logits: false (it overrides config.json) or "
+                "distributed.pp_size: 1",
+            )
+        )
+    architecture = _architecture(config)
+    caps = capabilities_for(architecture)
+    if parallel_size(distributed, "ep_size") > 1 and not (caps.supports_pp and caps.supports_ep):
+        both = [
+            e.architecture
+            for e in registered_architectures()
+            if e.capabilities.supports_pp and e.capabilities.supports_ep
+        ]
+        msg = (
+            f"expert parallelism with pipeline parallelism runs for the architectures whose "
+            f"stages are proven with experts ({', '.join(both) or 'none'}); "
+            f"{shown(architecture)} is not one"
+        )
+        errors.append(
+            FieldError(
+                "distributed.ep_size", msg, "set distributed.ep_size: 1 or distributed.pp_size: 1"
             )
         )
     return errors

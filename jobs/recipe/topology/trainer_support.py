@@ -113,8 +113,10 @@ def _expert_parallel_errors(distributed: dict[str, Any]) -> list[FieldError]:
     """Experts are spread over groups of ep_size data-parallel ranks (with their
     context-parallel peers: a MoE layer routes tokens, whichever slice of the sequence they
     come from), and the ranks that hold the same experts shard them (FSDP2): ep_size divides
-    dp_size x cp_size, with tp 1 and no replicas. (Pipeline parallelism with experts is
-    refused by its rule.)"""
+    dp_size x cp_size, with tp 1 and no replicas. Under pipeline parallelism the same rule
+    holds within each stage: its experts spread over the pp rank's dp (x cp) ranks
+    (`trainer.pipeline.shard_stage`), for the architectures whose registry row declares
+    both (`jobs.recipe.topology.pipeline` refuses the others)."""
     ep = parallel_size(distributed, "ep_size")
     if ep == 1:
         return []

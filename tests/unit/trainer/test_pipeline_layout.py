@@ -52,3 +52,42 @@ def test_stage_grad_norm_on_one_rank_is_the_plain_norm_and_clips(single_rank_gro
     assert clip_stage_grad_norm(params, 1.0, dist.group.WORLD) == pytest.approx(5.0)
     clipped = torch.cat([p.grad for p in params]).norm()
     assert float(clipped) == pytest.approx(1.0, rel=1e-5)
+
+
+def _tiny_qwen3_moe(**overrides):
+    import sys
+    from pathlib import Path
+
+    from models import AutoModelForCausalLM
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+    from tiny_model_configs import make_config
+
+    config = make_config("qwen3_moe", num_experts=4, **overrides)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
+def test_stages_refuse_the_router_aux_loss_and_experts_beyond_a_stage_s_ranks():
+    """The guards behind the submit rules (jobs.recipe.topology.pipeline): the
+    load-balancing loss needs every stage's router logits; experts spread only over a pp
+    rank's data-parallel x context-parallel ranks."""
+    from types import SimpleNamespace
+
+    from models import hooks
+    from trainer.distributed import Topology
+    from trainer.pipeline import _stage_refusal
+
+    model = _tiny_qwen3_moe()
+    plan = hooks.parallel_plan(model)
+    mesh = SimpleNamespace(mesh_dim_names=("pp", "dp_shard", "tp"))
+
+    def topology(dp: int, ep: int, tp: int = 1) -> Topology:
+        return Topology(mesh, dp_size=dp, dp_rank=0, tp_size=tp, ep_size=ep, pp_size=2)
+
+    assert _stage_refusal(model, plan, topology(dp=2, ep=2)) is None
+    assert "must divide dp_size x cp_size (2)" in _stage_refusal(model, plan, topology(2, 4))
+    assert "tp and dp_replicate sizes 1" in _stage_refusal(model, plan, topology(2, 2, tp=2))
+    assert "not divisible by ep_size 3" in _stage_refusal(model, plan, topology(3, 3))
+    model.config.output_router_logits = True
+    reason = _stage_refusal(model, plan, topology(dp=1, ep=1))
+    assert reason.startswith("model.output_router_logits:") and "pp_size: 1" in reason

@@ -13,6 +13,10 @@ MOE_CONFIG = {
     **TINY_LLAMA_CONFIG, "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
     "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
 }  # fmt: skip
+MIXTRAL_CONFIG = {
+    **TINY_LLAMA_CONFIG, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+    "num_local_experts": 4, "num_experts_per_tok": 2,
+}  # fmt: skip
 FOUR_LAYERS = {**TINY_LLAMA_CONFIG, "num_hidden_layers": 4}
 
 
@@ -42,10 +46,54 @@ def test_llama_pipeline_layouts_validate(validate, recipe, data_root, config, pi
 
 
 def test_a_family_without_pp_keeps_its_capability_error(validate, recipe, data_root):
-    err = error_at(validate(pp_recipe(recipe, data_root, MOE_CONFIG), nproc_per_node=2),
+    err = error_at(validate(pp_recipe(recipe, data_root, MIXTRAL_CONFIG), nproc_per_node=2),
                    "distributed.pp_size")  # fmt: skip
-    assert "Qwen3MoeForCausalLM does not support pipeline parallelism" in err.msg
+    assert "MixtralForCausalLM does not support pipeline parallelism" in err.msg
     assert err.fix == "set distributed.pp_size: 1"
+
+
+@pytest.mark.parametrize(("nproc", "ep"), [(2, 1), (4, 2)], ids=["pp2", "pp2-ep2"])
+def test_qwen3_moe_stages_validate_with_experts_spread_in_each(
+    validate, recipe, data_root, nproc, ep
+):
+    """tests/integration/trainer/test_moe_pipeline_runs.py proves both equal to one process."""
+    recipe = pp_recipe(recipe, data_root, MOE_CONFIG)
+    recipe["distributed"].update(strategy="fsdp2", ep_size=ep)
+    result = validate(recipe, nproc_per_node=nproc)
+    assert result.valid, [str(e) for e in result.errors]
+    assert result.typed.topology.mesh_shape["pp"] == 2
+    assert result.typed.topology.ep_size == ep
+
+
+def test_experts_spread_over_a_stage_s_data_parallel_ranks(validate, recipe, data_root):
+    recipe = pp_recipe(recipe, data_root, MOE_CONFIG)  # 2 ranks: one per stage, dp 1
+    recipe["distributed"].update(strategy="fsdp2", ep_size=2)
+    error = error_at(validate(recipe, nproc_per_node=2), "distributed.ep_size")
+    assert "1 is not divisible by ep_size 2" in error.msg and "ep_size" in error.fix
+
+
+def test_experts_in_stages_need_a_family_proven_with_both(validate, recipe, data_root):
+    recipe = pp_recipe(recipe, data_root, MIXTRAL_CONFIG)
+    recipe["distributed"].update(strategy="fsdp2", ep_size=2)
+    result = validate(recipe, nproc_per_node=4)
+    errors = [e for e in result.errors if e.loc == "distributed.ep_size"]
+    assert len(errors) == 1, [str(e) for e in result.errors]
+    assert "Qwen3MoeForCausalLM" in errors[0].msg and "'MixtralForCausalLM'" in errors[0].msg
+    assert errors[0].fix == "set distributed.ep_size: 1 or distributed.pp_size: 1"
+    assert "does not support pipeline" in error_at(result, "distributed.pp_size").msg
+
+
+@pytest.mark.parametrize("where", ["override", "config"])
+def test_the_router_aux_loss_is_refused_with_stages(validate, recipe, data_root, where):
+    config = {**MOE_CONFIG, "output_router_logits": where == "config"}
+    recipe = pp_recipe(recipe, data_root, config)
+    if where == "override":
+        recipe["model"]["output_router_logits"] = True
+    error = error_at(validate(recipe, nproc_per_node=2), "model.output_router_logits")
+    assert "load-balancing loss" in error.msg and "each pipeline stage" in error.msg
+    assert error.fix.startswith("set model.output_router_logits: false")
+    recipe["model"]["output_router_logits"] = False  # the fix, whichever set it
+    assert validate(recipe, nproc_per_node=2).valid
 
 
 def test_lora_with_pipeline_stages_validates(validate, recipe, data_root):
