@@ -96,3 +96,37 @@ def test_optimizer_temporaries_cpu_follow_the_largest_tensor_cuda_every_shard():
     assert mm.phase_peaks(cuda_small)["optimizer step"] == pytest.approx(
         steady["cuda"] + peaks["cuda"], abs=8
     )
+
+
+# A LoRA run of BASE's model on one micro-batch of 256 tokens: hidden-sized outputs (q, k, v,
+# o, down: 256 x 512 fp32 = 0.5 MiB) come from the heap arena, the MLP's (1.5 MiB) are mmapped.
+LORA = replace(BASE, lora_rank=8, trainable=500_000, full_load=True, micro_batch=1)
+
+
+def test_lora_on_cpu_keeps_its_small_linear_outputs_resident_in_the_arena():
+    # by hand: 4 output-sized tensors x 5 linears x 0.5 MiB x 8 layers
+    assert mm._lora_arena_bytes(LORA) == 4 * 5 * (256 * 512 * 4) * 8 == 80 << 20
+    # not for a full fine-tune (its arena is in the fitted constants), nor on CUDA
+    assert mm._lora_arena_bytes(replace(LORA, lora_rank=None, trainable=BASE.params)) == 0
+    assert mm._lora_arena_bytes(replace(LORA, accelerator="cuda")) == 0
+    # outputs at or above the mmap threshold are returned when freed: 512 tokens x 512 = 1 MiB
+    assert mm._lora_arena_bytes(replace(LORA, micro_batch=2)) == 0
+    # tensor parallelism splits the column-parallel outputs: the MLP's (0.75 MiB) join in
+    split = replace(LORA, tp=2)
+    assert mm._lora_arena_bytes(split) == 4 * (3 * 256 + 2 * 768 + 2 * 512) * 256 * 4 * 8
+
+
+def test_the_lora_arena_is_held_from_the_first_step_on_but_not_while_loading(monkeypatch):
+    lora = replace(LORA, saves=True, val_micro_batch=1)
+    with_arena = mm.phase_peaks(lora)
+    monkeypatch.setattr(mm, "CPU_MMAP_THRESHOLD", 0)  # every tensor mmapped: no arena
+    without = mm.phase_peaks(lora)
+    assert with_arena["load"] == without["load"]
+    for phase in ("backward", "optimizer step", "validation", "save"):
+        assert with_arena[phase] - without[phase] == pytest.approx(80 << 20)
+
+
+def test_the_mmap_threshold_is_the_workers_allocator_setting():
+    from worker.launcher import CPU_ALLOCATOR_ENV
+
+    assert int(CPU_ALLOCATOR_ENV["MALLOC_MMAP_THRESHOLD_"]) == mm.CPU_MMAP_THRESHOLD
