@@ -123,10 +123,13 @@ class EstimateInputs:
 
 
 def _shards(x: EstimateInputs) -> tuple[int, int]:
-    """(divisor of dense parameters, divisor of expert parameters) on one rank."""
+    """(divisor of dense parameters, divisor of expert parameters) on one rank. Expert
+    parallelism (tp 1, fsdp2) gives each of the ep ranks of a group 1/ep of the experts, and
+    FSDP2 shards that slice over the dp_shard x cp / ep ranks holding the same one: the
+    experts divide by dp_shard x cp (x pp for the stage's layers), as dense parameters do."""
     fsdp = x.dp_shard * x.cp if x.strategy == "fsdp2" else 1
     dense = fsdp * x.tp * x.pp
-    return dense, (x.ep * x.pp if x.ep > 1 else dense)
+    return dense, (fsdp * x.pp if x.ep > 1 else dense)
 
 
 def _held_trained(x: EstimateInputs) -> tuple[float, float]:

@@ -130,3 +130,12 @@ def test_the_mmap_threshold_is_the_workers_allocator_setting():
     from worker.launcher import CPU_ALLOCATOR_ENV
 
     assert int(CPU_ALLOCATOR_ENV["MALLOC_MMAP_THRESHOLD_"]) == mm.CPU_MMAP_THRESHOLD
+
+
+def test_experts_spread_over_fewer_ranks_than_dp_are_sharded_again():
+    """ep 2 over dp_shard 4: each rank holds half the experts' slice (FSDP2 over the two
+    ranks holding the same slice), a quarter of the experts, as with ep 4."""
+    x = replace(BASE, expert_params=40_000_000, dp_shard=4, world_size=4)
+    ep2, ep4 = replace(x, ep=2), replace(x, ep=4)
+    assert mm.memory_per_rank(ep2)["params"] == mm.memory_per_rank(ep4)["params"]
+    assert mm.memory_per_rank(ep2)["params"] == 60_000_000 // 4 * x.param_bytes
