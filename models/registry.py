@@ -87,9 +87,11 @@ _MOE_EP = ModelCapabilities(supports_tp=False, supports_ep=True)
 _MOE_EP_CP = ModelCapabilities(
     supports_tp=False, supports_ep=True, supports_cp=True, supports_pp=True
 )
-# DeepSeek-V3: latent-attention TP (+ sequence parallel), expert parallelism, LoRA.
+# DeepSeek-V3: latent-attention TP (+ sequence parallel), expert parallelism, LoRA, and
+# pipeline stages with the experts spread within each
+# (tests/integration/trainer/test_moe_pipeline_runs.py).
 _DEEPSEEK_V3 = ModelCapabilities(
-    supports_tp=True, supports_sequence_parallel=True, supports_ep=True
+    supports_tp=True, supports_sequence_parallel=True, supports_ep=True, supports_pp=True
 )
 
 _REGISTRY: dict[str, ArchEntry] = {}
@@ -162,8 +164,9 @@ for _entry in (
         "deepseek_v3",
         notes="DeepSeek-V3 and Moonlight: latent attention, sigmoid group-limited router "
         "(fp32, correction bias frozen), shared experts; expert parallelism over "
-        "all data-parallel ranks; tensor parallelism splits attention heads and "
-        "shared experts (routed experts replicated); LoRA (match_all_linear also "
+        "all data-parallel ranks (within each stage under pipeline parallelism); "
+        "tensor parallelism splits attention heads and shared experts (routed experts "
+        "replicated), within each stage too; LoRA (match_all_linear also "
         "adapts the router weight and routed down_proj, as peft maps deepseek_v3; "
         "the correction bias stays frozen); FP8-quantized checkpoints load with "
         "the HF class",

@@ -11,6 +11,11 @@ Checkpoints' multi-token-prediction layers (`model.layers.{num_hidden_layers + i
 the native class cannot run (FP8-quantised checkpoints, softmax-scored DeepSeek-V2-style
 routers, key/value head counts other than the head count, ...) falls back to transformers
 through `unsupported_reason`. Every released checkpoint is untied: UNTIED_ONLY.
+
+Nothing couples layers but the hidden states, so pipeline stages split the stack anywhere
+(`models.common.pipeline_split`): no router auxiliary loss is computed (a config's
+`aux_loss_alpha` / `seq_aux` are not read, as in transformers), the correction bias is
+never updated from routing counts, and the MTP layers are not built.
 """
 
 from __future__ import annotations

@@ -14,7 +14,10 @@ input redistribution sums the partial gradients), except for the single rotary k
 the dense plan splits an MLP; the router and routed experts stay replicated (every rank
 routes the same tokens to the same experts), so their gradients are complete on each rank.
 With sequence parallelism the norms, embeddings and lm_head are handled as in the dense
-plan, and a MoE block gathers the sequence on entry and keeps its shard on exit.
+plan, and a MoE block gathers the sequence on entry and keeps its shard on exit. Under
+pipeline parallelism the plans apply to each stage, whose layers keep their full-model
+indices as names (`models.common.pipeline_split.StageLayers`): the TP plan is keyed by those
+names, and the stage's grouped experts spread over its pp rank's data-parallel ranks.
 """
 
 from __future__ import annotations
@@ -178,8 +181,8 @@ class DeepseekV3ParallelPlan(ExpertParallelMixin, ParallelPlan):
         if sequence_parallel:
             base = root + prefix.rsplit(".", 1)[0] + "." if "." in prefix else root
             plan.update(_io_plan(root, base, _embeddings_tied(inner)))
-        for i, layer in enumerate(layers):
-            name = f"{root}{prefix}.{i}"
+        for index, layer in layers.named_children():  # a stage's: full-model indices
+            name = f"{root}{prefix}.{index}"
             plan.update(_attention_plan(name, layer.self_attn, sequence_parallel))
             plan.update(_mlp_plan(name, layer.mlp, sequence_parallel))
         return plan

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 BIAS = "model.layers.1.mlp.gate.e_score_correction_bias"
 
 
-def build_tiny_deepseek_v3(directory: Path) -> Path:
+def build_tiny_deepseek_v3(directory: Path, **overrides) -> Path:
     import sys
 
     import transformers
@@ -34,7 +34,7 @@ def build_tiny_deepseek_v3(directory: Path) -> Path:
 
     build_tokenizer(directory, vocab_size=512)
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(tiny_config(vocab_size=512))
+    model = transformers.AutoModelForCausalLM.from_config(tiny_config(vocab_size=512, **overrides))
     seed_routers(model)
     model.save_pretrained(directory)
     return directory

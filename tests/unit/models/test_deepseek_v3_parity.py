@@ -231,7 +231,7 @@ def test_registry_row_agrees_with_the_class_and_tied_configs_are_refused():
     assert DeepseekV3ForCausalLM.registry_row() is entry
     assert entry.tie_support is TieSupport.UNTIED_ONLY
     assert entry.config_model_types == (tiny_config().model_type,)
-    assert not entry.capabilities.supports_pp and not entry.capabilities.supports_cp
+    assert entry.capabilities.supports_pp and not entry.capabilities.supports_cp
     with pytest.raises(TieWordEmbeddingsError, match="UNTIED_ONLY"):
         AutoModelForCausalLM.from_config(tiny_config(tie_word_embeddings=True))
     native = AutoModelForCausalLM.from_config(tiny_config())

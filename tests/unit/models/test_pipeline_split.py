@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _deepseek_v3_worker import tiny_config
 from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
 from models.common.pipeline_split import (
@@ -13,6 +14,7 @@ from models.common.pipeline_split import (
     split_unsupported_reason,
     stage_layer_ranges,
 )
+from models.deepseek_v3.model import DeepseekV3ForCausalLM
 from models.llama.model import LlamaForCausalLM
 from models.qwen2.model import Qwen2ForCausalLM
 from models.qwen3.model import Qwen3ForCausalLM
@@ -74,6 +76,8 @@ FAMILIES = {
     "llama": tiny_llama,
     "qwen2": lambda: _seeded(Qwen2ForCausalLM, Qwen2Config(**TINY)),  # q/k/v bias
     "qwen3": lambda: _seeded(Qwen3ForCausalLM, Qwen3Config(**TINY, head_dim=8)),  # q/k norms
+    # latent attention, layer 0 dense then MoE layers
+    "deepseek_v3": lambda: _seeded(DeepseekV3ForCausalLM, tiny_config(num_hidden_layers=4)),
 }
 
 

@@ -40,7 +40,7 @@ def test_tensor_expert_and_lora_runs_validate(validate, recipe, data_root):
     _valid(validate, recipe)
 
 
-def test_lora_with_model_parallelism_and_pp_cp_are_refused(validate, recipe, data_root):
+def test_lora_with_model_parallelism_and_cp_are_refused(validate, recipe, data_root):
     _use(recipe, data_root)
     recipe["peft"] = dict(LORA)
     recipe["distributed"]["ep_size"] = 2
@@ -48,7 +48,5 @@ def test_lora_with_model_parallelism_and_pp_cp_are_refused(validate, recipe, dat
     recipe["distributed"].update(ep_size=1, tp_size=2)
     error_at(validate(recipe, nproc_per_node=2), "distributed.tp_size")
     del recipe["peft"]
-    recipe["distributed"].update(tp_size=1, pp_size=2)
-    error_at(validate(recipe, nproc_per_node=2), "distributed.pp_size")
-    recipe["distributed"].update(pp_size=1, cp_size=2)
+    recipe["distributed"].update(tp_size=1, cp_size=2)  # (pp: test_pipeline_rules.py)
     error_at(validate(recipe, nproc_per_node=2), "distributed.cp_size")

@@ -17,6 +17,15 @@ MIXTRAL_CONFIG = {
     **TINY_LLAMA_CONFIG, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
     "num_local_experts": 4, "num_experts_per_tok": 2,
 }  # fmt: skip
+# A released DeepSeek-V3 config.json's aux-loss keys, which nothing reads (no aux loss).
+DEEPSEEK_V3_CONFIG = {
+    **TINY_LLAMA_CONFIG, "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+    "num_hidden_layers": 3, "num_key_value_heads": 4, "q_lora_rank": 48, "kv_lora_rank": 32,
+    "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16, "n_routed_experts": 8,
+    "n_shared_experts": 1, "n_group": 4, "topk_group": 2, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32, "first_k_dense_replace": 1, "aux_loss_alpha": 0.001,
+    "seq_aux": True,
+}  # fmt: skip
 FOUR_LAYERS = {**TINY_LLAMA_CONFIG, "num_hidden_layers": 4}
 
 
@@ -52,17 +61,24 @@ def test_a_family_without_pp_keeps_its_capability_error(validate, recipe, data_r
     assert err.fix == "set distributed.pp_size: 1"
 
 
-@pytest.mark.parametrize(("nproc", "ep"), [(2, 1), (4, 2)], ids=["pp2", "pp2-ep2"])
-def test_qwen3_moe_stages_validate_with_experts_spread_in_each(
-    validate, recipe, data_root, nproc, ep
+@pytest.mark.parametrize(
+    ("config", "nproc", "ep", "tp"),
+    [(MOE_CONFIG, 2, 1, 1), (MOE_CONFIG, 4, 2, 1), (DEEPSEEK_V3_CONFIG, 2, 1, 1),
+     (DEEPSEEK_V3_CONFIG, 4, 2, 1), (DEEPSEEK_V3_CONFIG, 4, 1, 2)],
+    ids=["qwen3_moe-pp2", "qwen3_moe-pp2-ep2", "deepseek_v3-pp2", "deepseek_v3-pp2-ep2",
+         "deepseek_v3-pp2-tp2"],
+)  # fmt: skip
+def test_moe_stages_validate_with_experts_spread_in_each(
+    validate, recipe, data_root, config, nproc, ep, tp
 ):
-    """tests/integration/trainer/test_moe_pipeline_runs.py proves both equal to one process."""
-    recipe = pp_recipe(recipe, data_root, MOE_CONFIG)
-    recipe["distributed"].update(strategy="fsdp2", ep_size=ep)
+    """tests/integration/trainer/test_moe_pipeline_runs.py proves each equal to one process
+    (DeepSeek-V3's aux-loss keys are not read: it has no aux loss to split over stages)."""
+    recipe = pp_recipe(recipe, data_root, config)
+    recipe["distributed"].update(strategy="fsdp2", ep_size=ep, tp_size=tp)
     result = validate(recipe, nproc_per_node=nproc)
     assert result.valid, [str(e) for e in result.errors]
     assert result.typed.topology.mesh_shape["pp"] == 2
-    assert result.typed.topology.ep_size == ep
+    assert (result.typed.topology.ep_size, result.typed.topology.mesh_shape["tp"]) == (ep, tp)
 
 
 def test_experts_spread_over_a_stage_s_data_parallel_ranks(validate, recipe, data_root):
