@@ -100,9 +100,8 @@ def quantize_model(model: nn.Module, config: Quantization, device: torch.device)
 
 def quantized_params(model: nn.Module) -> set[nn.Parameter]:
     """The bitsandbytes weights of a quantized model (empty for any other model)."""
-    if "bitsandbytes" not in sys.modules:
+    bnb = sys.modules.get("bitsandbytes")  # quantize_model imported it, if it ran
+    if bnb is None:
         return set()
-    import bitsandbytes as bnb
-
     kinds = (bnb.nn.Params4bit, bnb.nn.Int8Params)
     return {p for p in model.parameters() if isinstance(p, kinds)}
