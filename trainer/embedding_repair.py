@@ -54,13 +54,12 @@ def _named_weight(model: nn.Module, module: nn.Module | None, suffixes: tuple[st
 
 
 def _embedding_weights(model: nn.Module):
-    inner = getattr(model, "module", model)  # a DDP-style wrapper holds the model
-    get_in = getattr(inner, "get_input_embeddings", None)
-    get_out = getattr(inner, "get_output_embeddings", None)
+    get_in = getattr(model, "get_input_embeddings", None)
+    get_out = getattr(model, "get_output_embeddings", None)
     found_in = _named_weight(
-        inner, get_in() if callable(get_in) else None, ("embed_tokens.weight",)
+        model, get_in() if callable(get_in) else None, ("embed_tokens.weight",)
     )
-    found_out = _named_weight(inner, get_out() if callable(get_out) else None, ("lm_head.weight",))
+    found_out = _named_weight(model, get_out() if callable(get_out) else None, ("lm_head.weight",))
     return found_in, found_out
 
 

@@ -393,7 +393,7 @@ def normalize_recipe(
         errors += fused_lora_errors(info.config, out["peft"])
         errors += lora_target_errors(info.config, out["peft"], out.get("model"))
         errors += expert_parallel_config_errors(info.config, out["distributed"], out.get("model"))
-        errors += pipeline_config_errors(info.config, out["distributed"])
+        errors += pipeline_config_errors(info.config, out["distributed"], info.architecture)
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)
     errors += check_keep_best(out) + tokenizer_errors(out)
     return out, setup, info, errors, warnings

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.recipe.errors import FieldError, shown
-from models.registry import capabilities_for, entry_for_model_type, registered_architectures
+from models.registry import capabilities_for, registered_architectures
 
 SINGLE_STAGE_SCHEDULES = ("1f1b", "gpipe")
 LOOPED_SCHEDULES = ("interleaved1f1b", "loopedbfs")
@@ -176,9 +176,10 @@ def split_error(schedule: str, pp: int, num_layers: int, config: dict[str, Any])
 
 
 def pipeline_config_errors(
-    config: dict[str, Any] | None, distributed: dict[str, Any]
+    config: dict[str, Any] | None, distributed: dict[str, Any], architecture: str | None
 ) -> list[FieldError]:
-    """What the model's config.json rules out for the recipe's pipeline layout."""
+    """What the model's config.json (and its `architecture`, as
+    `jobs.recipe.model.config.architecture_of` reads it) rule out for the pipeline layout."""
     pp = parallel_size(distributed, "pp_size")
     if not config or pp == 1:
         return []
@@ -192,7 +193,7 @@ def pipeline_config_errors(
                 "set distributed.pp_size: 1 or use a model with tie_word_embeddings: false",
             )
         )
-    errors += _moe_stage_errors(config, distributed)
+    errors += _moe_stage_errors(config, distributed, architecture)
     layers, pipeline = config.get("num_hidden_layers"), distributed.get("pipeline") or {}
     schedule = pipeline.get("pp_schedule", "1f1b")
     reason = split_error(schedule, pp, layers, pipeline) if isinstance(layers, int) else None
@@ -207,16 +208,9 @@ def pipeline_config_errors(
     return errors
 
 
-def _architecture(config: dict[str, Any]) -> str | None:
-    archs = config.get("architectures")
-    if isinstance(archs, list) and archs and isinstance(archs[0], str):
-        return archs[0]
-    model_type = config.get("model_type")
-    entry = entry_for_model_type(model_type) if isinstance(model_type, str) else None
-    return entry.architecture if entry else None
-
-
-def _moe_stage_errors(config: dict[str, Any], distributed: dict[str, Any]) -> list[FieldError]:
+def _moe_stage_errors(
+    config: dict[str, Any], distributed: dict[str, Any], architecture: str | None
+) -> list[FieldError]:
     """The router's load-balancing loss, and experts in stages of an architecture whose row
     does not declare both pipeline and expert parallelism (capability_errors also names the
     missing one)."""
@@ -231,7 +225,6 @@ def _moe_stage_errors(config: dict[str, Any], distributed: dict[str, Any]) -> li
                 "distributed.pp_size: 1",
             )
         )
-    architecture = _architecture(config)
     caps = capabilities_for(architecture)
     if parallel_size(distributed, "ep_size") > 1 and not (caps.supports_pp and caps.supports_ep):
         both = [
