@@ -45,7 +45,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_deepseek_v3_runs import build_tiny_deepseek_v3
-from trainer_harness import Assets, RunResult, comparison_recipe, launch
+from trainer_harness import Assets, RunResult, assert_resumed_exactly, comparison_recipe, launch
 
 pytestmark = pytest.mark.slow
 
@@ -201,18 +201,7 @@ def test_layout_resumes_exactly(layout_run, assets: Assets, family: str, moe_mod
     recipe = moe_recipe(assets, moe_model, distributed, batch)
     recipe["restore_from"] = {"path": str(run.run_dir / "checkpoints" / f"step_{EVERY}")}
     resumed = launch(assets, f"{family}-{name}-resumed", recipe, nproc=ranks)
-    assert resumed.returncode == 0, resumed.output[-3000:]
-    events = resumed.events()
-    assert any(e["event"] == "resume_verified" and e["step"] == EVERY for e in events), events
-    expected = {r["step"]: r for r in run.records("train")}
-    got = resumed.records("train")
-    assert [r["step"] for r in got] == list(range(EVERY + 1, STEPS + 1))
-    for record in got:
-        want = expected[record["step"]]
-        assert (record["loss"], record["grad_norm"]) == (want["loss"], want["grad_norm"])
-    val_want = [r for r in run.records("val") if r["step"] == STEPS]
-    val_got = [r for r in resumed.records("val") if r["step"] == STEPS]
-    assert val_got[0]["val_loss"] == val_want[0]["val_loss"]
+    assert_resumed_exactly(run, resumed, EVERY, STEPS)
 
 
 def test_lora_pp2_trains_like_one_process(assets: Assets, family: str, moe_model: Path) -> None:

@@ -280,3 +280,20 @@ def comparison_recipe(assets: Assets, distributed: dict, batch_size: int, max_st
         step_scheduler={"max_steps": max_steps, "val_check_interval": 4, "checkpoint_interval": 4},
         checkpoint={"keep_last": 2},
     )
+
+
+def assert_resumed_exactly(run: RunResult, resumed: RunResult, start: int, steps: int) -> None:
+    """`resumed` started from `run`'s step-`start` checkpoint: the resume fingerprint passed,
+    and steps start+1..steps and the last validation equal the uninterrupted run's exactly."""
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    events = resumed.events()
+    assert any(e["event"] == "resume_verified" and e["step"] == start for e in events), events
+    expected = {r["step"]: r for r in run.records("train")}
+    got = resumed.records("train")
+    assert [r["step"] for r in got] == list(range(start + 1, steps + 1))
+    for record in got:
+        want = expected[record["step"]]
+        assert (record["loss"], record["grad_norm"]) == (want["loss"], want["grad_norm"])
+    val_want = [r for r in run.records("val") if r["step"] == steps]
+    val_got = [r for r in resumed.records("val") if r["step"] == steps]
+    assert val_got[0]["val_loss"] == val_want[0]["val_loss"]
