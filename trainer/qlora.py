@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from jobs.recipe.sections.quantization import Quantization
+from trainer.errors import data_error
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _STORAGE = {**_DTYPES, "uint8": torch.uint8}
@@ -84,7 +85,10 @@ def quantize_model(model: nn.Module, config: Quantization, device: torch.device)
         if type(module) is nn.Linear and id(module.weight) not in kept
     ]
     if not targets:
-        raise ValueError("quantization: the model has no linear layers to quantize")
+        raise data_error(
+            "quantization: the model has no linear layers to quantize",
+            "remove the quantization section (LoRA then trains over the unquantized base)",
+        )
     for name, linear in targets:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model

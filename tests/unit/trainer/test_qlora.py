@@ -7,7 +7,9 @@ import pytest
 import torch
 from torch import nn
 
+from jobs.recipe.exit_codes import ExitCode
 from jobs.recipe.sections.quantization import Quantization
+from trainer.errors import TrainerError
 from trainer.qlora import quantize_model, quantized_params
 
 bnb = pytest.importorskip("bitsandbytes")
@@ -75,8 +77,9 @@ def test_a_head_tied_to_the_embedding_stays_whole() -> None:
 
 def test_a_model_without_linear_layers_is_an_error() -> None:
     model = nn.Sequential(nn.Embedding(4, 4))
-    with pytest.raises(ValueError, match="no linear layers to quantize"):
+    with pytest.raises(TrainerError, match="no linear layers to quantize") as raised:
         quantize_model(model, Quantization(bits=4), torch.device("cpu"))
+    assert raised.value.exit_code == ExitCode.DATA_ERROR
 
 
 def test_an_unquantized_model_has_no_quantized_params() -> None:
