@@ -11,7 +11,8 @@ state-dict adapter maps native tensor names onto the Hugging Face checkpoint lay
 consolidating or restoring (`to_hf_tensors`, `from_hf_state_dict`; identity for families
 without one); `to_hf_groups` / `to_hf_group_tensors` convert together the native tensors an
 adapter fuses into one Hugging Face tensor (Phi-3's q/k/v -> `qkv_proj`), and
-`lora_adapter_to_hf` maps a LoRA adapter the same way. A Hugging Face class of a
+`lora_adapter_to_hf` maps a LoRA adapter the same way (`lora_adapter_from_hf` back, for
+grouped expert adapters). A Hugging Face class of a
 registered family (the fallback for configs the native class does not run) gets the
 family's plan, since native classes keep the Hugging Face module tree, but no adapter,
 since adapters map native names; an unregistered architecture gets the common dense plan. `model_flops_per_token` (for MFU) is re-exported
@@ -37,10 +38,12 @@ __all__ = [
     "family_entry",
     "from_hf_state_dict",
     "has_state_dict_adapter",
+    "lora_adapter_from_hf",
     "lora_adapter_to_hf",
     "model_flops_per_token",
     "native_entry",
     "parallel_plan",
+    "supports_expert_lora",
     "supports_tp",
     "to_hf_tensors",
     "tp_plan",
@@ -164,6 +167,20 @@ def lora_adapter_to_hf(
     if convert is None:
         return state, peft_config
     return convert(state, peft_config, getattr(unwrap_model(model), "config", None))
+
+
+def lora_adapter_from_hf(model: nn.Module, state: dict[str, Any]) -> dict[str, Any]:
+    """A saved adapter's tensors back in the model's layout (`lora_adapter_to_hf`'s
+    inverse where the family's adapter has one: grouped expert adapters)."""
+    convert = getattr(_adapter(model), "lora_from_hf", None)
+    if convert is None:
+        return state
+    return convert(state, getattr(unwrap_model(model), "config", None))
+
+
+def supports_expert_lora(model: nn.Module) -> bool:
+    """Whether the family's adapter saves LoRA on grouped experts in peft's layout."""
+    return bool(getattr(_adapter(model), "supports_expert_lora", False))
 
 
 def from_hf_state_dict(model: nn.Module, hf_state: dict[str, Any]) -> dict[str, Any]:

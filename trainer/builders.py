@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from jobs.recipe.errors import RecipeInvalid
 from jobs.recipe.exit_codes import ExitCode
-from jobs.recipe.model.lora_targets import lora_targets
+from jobs.recipe.model.lora_targets import lora_targets, selects
 from jobs.recipe.targets import allowlist as targets
 from jobs.recipe.typed import DataLoader as LoaderSpec
 from jobs.recipe.typed import PackedSequence, Peft, Recipe, TargetCall
@@ -92,17 +92,30 @@ def check_vocab(tokenizer: Any, model: nn.Module) -> None:
 
 
 def apply_peft(model: nn.Module, peft: Peft | None) -> nn.Module:
+    """peft's LoRA on the selected linear layers, and AutoModel's expert adapters
+    (`models.common.moe.lora`) on grouped experts a target pattern names (`*`,
+    `*.mlp.experts`): `match_all_linear` and exclusion-only forms adapt linear layers only."""
     if peft is None:
         return model
     from peft import LoraConfig, get_peft_model
 
-    targets_ = "all-linear" if peft.match_all_linear else lora_targets(peft.target_modules)
-    targets_ = targets_ or "all-linear"
+    patterns = None if peft.match_all_linear else lora_targets(peft.target_modules)
+    targets_ = patterns or "all-linear"
     excluded = list(peft.exclude_modules or [])
     if targets_ == "all-linear":  # peft spares the output layer of transformers classes only
         excluded += _output_layer_names(model)
     # Globs become one regex, as for target_modules: peft reads a list as name suffixes.
     excluded_ = lora_targets(excluded) if excluded else None
+    experts = _selected(model, patterns, excluded_, _is_experts) if patterns else []
+    if isinstance(targets_, str) and targets_ != "all-linear":
+        # a glob selects linear layers (AutoModel's matcher), never norms or containers
+        targets_ = _selected(model, targets_, excluded_, _is_linear)
+        if not targets_:
+            raise data_error(
+                "peft.target_modules: matches no linear layer of the model; tuneyard's LoRA "
+                "adapts at least one (add e.g. '*.self_attn.q_proj')"
+            )
+    expert_adapters = _adapt_experts(model, [m for _, m in experts], peft)
     try:
         config = LoraConfig(
             r=peft.dim,
@@ -113,9 +126,66 @@ def apply_peft(model: nn.Module, peft: Peft | None) -> nn.Module:
             use_dora=peft.use_dora,
             task_type="CAUSAL_LM",
         )
-        return get_peft_model(model, config)
+        adapted = get_peft_model(model, config)
     except ValueError as exc:
         raise data_error(f"peft: the model refuses this LoRA setting: {exc}") from None
+    for param in expert_adapters:  # peft froze every parameter but its own layers'
+        param.requires_grad_(True)
+    return adapted
+
+
+def _is_linear(module: nn.Module) -> bool:
+    from transformers.pytorch_utils import Conv1D
+
+    return isinstance(module, (nn.Linear, Conv1D))
+
+
+def _is_experts(module: nn.Module) -> bool:
+    return hasattr(module, "num_experts") and hasattr(module, "expert_tensor_names")
+
+
+def _selected(model: nn.Module, targets: Any, excluded: Any, kind: Any) -> list[Any]:
+    """Names (or (name, module) pairs for experts) of the modules of `kind` the patterns
+    select and the exclusions leave."""
+    found = [
+        (name, module)
+        for name, module in model.named_modules()
+        if name
+        and kind(module)
+        and selects(targets, name)
+        and not (excluded and selects(excluded, name))
+    ]
+    return found if kind is _is_experts else [name for name, _ in found]
+
+
+def _adapt_experts(model: nn.Module, experts: list[nn.Module], peft: Peft) -> list[nn.Parameter]:
+    """Expert adapters of rank dim (dim // experts per token with `moe_rank_scaling`)."""
+    from models.common.moe.layers import GroupedExperts
+    from models.common.moe.lora import add_expert_lora
+    from models.hooks import supports_expert_lora
+
+    if not experts:
+        return []
+    kind = type(experts[0]).__name__
+    if not isinstance(experts[0], GroupedExperts) or not supports_expert_lora(model):
+        raise data_error(
+            f"peft.target_modules: selects the routed experts ({kind}), which tuneyard's LoRA "
+            "does not adapt for this model; target linear layers by name (e.g. ['*_proj'])"
+        )
+    if peft.use_dora:
+        raise data_error(
+            "peft.use_dora: DoRA on routed experts is not supported (AutoModel refuses it "
+            "too); leave the experts out of peft.target_modules or set use_dora: false"
+        )
+    rank = peft.dim
+    if peft.moe_rank_scaling:
+        rank = peft.dim // int(model.config.num_experts_per_tok)
+        if rank < 1:
+            raise data_error(
+                f"peft.moe_rank_scaling: rank {peft.dim} // "
+                f"{model.config.num_experts_per_tok} experts per token is 0; raise peft.dim"
+            )
+    return [p for module in experts for p in add_expert_lora(module, rank, peft.alpha)]
 
 
 def _output_layer_names(model: nn.Module) -> list[str]:

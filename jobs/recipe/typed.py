@@ -243,6 +243,7 @@ class Peft:
     dropout_position: str
     use_dora: bool
     use_triton: bool
+    moe_rank_scaling: bool = False  # expert adapters' rank dim // experts per token
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import _CHECKPOINT_PREFIX
 from torch.distributed.tensor import DTensor
 
+from models.common.moe.lora import ExpertLoraError, is_expert_lora
 from models.common.safetensors_io import (
     CheckpointError,
     SafetensorsFileWriter,
@@ -40,6 +41,7 @@ from models.common.safetensors_io import (
 from models.hooks import (
     from_hf_state_dict,
     has_state_dict_adapter,
+    lora_adapter_from_hf,
     lora_adapter_to_hf,
     to_hf_group_tensors,
     to_hf_groups,
@@ -301,10 +303,20 @@ def peft_adapter_state(
     peft_model: nn.Module, gathered: dict[str, torch.Tensor]
 ) -> dict[str, torch.Tensor]:
     """Gathered tensors under PEFT's saved names (the adapter name dropped). PEFT keeps
-    only the tensors of modules `peft_model` holds: a pipeline stage converts its own."""
+    only the tensors of modules `peft_model` holds: a pipeline stage converts its own.
+
+    PEFT finds those modules by their names in the module tree, where an activation-
+    checkpointed layer's sit under `_checkpoint_wrapped_module.` (its state dict drops
+    that part): the tensors go to PEFT under their tree names, and come back without it.
+    """
     from peft import get_peft_model_state_dict
 
-    return get_peft_model_state_dict(peft_model, state_dict=gathered)
+    tree = {n.replace(_CHECKPOINT_PREFIX, ""): n for n, _ in peft_model.named_parameters()}
+    in_tree = {tree.get(k, k): v for k, v in gathered.items()}
+    selected = get_peft_model_state_dict(peft_model, state_dict=in_tree)
+    state = {k.replace(_CHECKPOINT_PREFIX, ""): v for k, v in selected.items()}
+    # expert adapters (`models.common.moe.lora`) are the model's own tensors, not peft's
+    return {**state, **{k: v for k, v in gathered.items() if is_expert_lora(k)}}
 
 
 def write_lora_adapter(
@@ -375,7 +387,36 @@ def load_lora_adapter(peft_model: nn.Module, directory: Path) -> None:
         adapter = dict(read_tensors(file))
     except CheckpointError as exc:
         raise checkpoint_error(str(exc)) from exc
+    try:
+        adapter = lora_adapter_from_hf(peft_model, adapter)
+    except ExpertLoraError as exc:
+        raise checkpoint_error(f"{file}: {exc}") from None
+    _load_expert_adapters(peft_model, adapter, file)
+    adapter = {k: v for k, v in adapter.items() if not is_expert_lora(k)}
     result: Any = set_peft_model_state_dict(peft_model, adapter)
     unexpected = list(getattr(result, "unexpected_keys", []) or [])
     if unexpected:
         raise checkpoint_error(f"{file}: adapter tensors {unexpected[:3]} do not fit the model")
+
+
+def _load_expert_adapters(
+    peft_model: nn.Module, adapter: dict[str, torch.Tensor], file: Path
+) -> None:
+    """Copy the expert adapters of `adapter` into the model's own tensors; every expert
+    adapter the model has must be there, with its shape."""
+    params = {k: p for k, p in peft_model.named_parameters() if is_expert_lora(k)}
+    saved = {k: v for k, v in adapter.items() if is_expert_lora(k)}
+    if set(saved) != set(params):
+        odd = sorted(set(saved) ^ set(params))
+        raise checkpoint_error(
+            f"{file}: expert adapter {odd[0]} is in only one of the checkpoint and the model; "
+            "the recipe's peft targets differ from the run's"
+        )
+    with torch.no_grad():
+        for name, tensor in saved.items():
+            if tuple(tensor.shape) != tuple(params[name].shape):
+                raise checkpoint_error(
+                    f"{file}: {name} has shape {tuple(tensor.shape)}, the model expects "
+                    f"{tuple(params[name].shape)} (another peft.dim or moe_rank_scaling?)"
+                )
+            params[name].copy_(tensor)

@@ -43,7 +43,7 @@ from jobs.recipe.model.config import (
 )
 from jobs.recipe.model.fused_layout import fused_lora_errors
 from jobs.recipe.model.hub import hub_model_config
-from jobs.recipe.model.lora_targets import lora_target_errors
+from jobs.recipe.model.lora_targets import expert_target_errors, lora_target_errors
 from jobs.recipe.model.overrides import check_overrides, config_with_overrides
 from jobs.recipe.paths.data import check_checkpoint_paths, check_data_paths
 from jobs.recipe.paths.roots import PathCheck
@@ -392,6 +392,7 @@ def normalize_recipe(
         errors += tensor_parallel_config_errors(info.config, out["distributed"], out.get("model"))
         errors += fused_lora_errors(info.config, out["peft"])
         errors += lora_target_errors(info.config, out["peft"], out.get("model"))
+        errors += expert_target_errors(info.architecture, out["peft"])
         errors += expert_parallel_config_errors(info.config, out["distributed"], out.get("model"))
         errors += pipeline_config_errors(info.config, out["distributed"], info.architecture)
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)

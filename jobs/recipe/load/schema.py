@@ -179,8 +179,8 @@ class PeftSection(Section):
     dropout_position: Literal["pre", "post"] = "post"
     use_dora: bool = False
     use_triton: bool = False
-    # AutoModel's expert LoRA rank dim // experts per token; decided against the model's
-    # config and taken out of the section (`jobs.recipe.sections.values.check_moe_rank_scaling`).
+    # AutoModel's expert LoRA rank dim // experts per token, checked against the model's
+    # config (`jobs.recipe.sections.values.check_moe_rank_scaling`).
     moe_rank_scaling: bool = False
 
 

@@ -91,6 +91,28 @@ def lora_target_errors(
     return errors
 
 
+# Families whose grouped experts LoRA does not adapt: their adapter has no saved layout for
+# them here (gpt-oss's biased experts, Mixtral's w1/w2/w3 names); other native MoE families
+# adapt theirs when a target pattern names them (`models.common.moe.lora`).
+FROZEN_EXPERTS = ("GptOssForCausalLM", "MixtralForCausalLM")
+_EXPERTS_MODULE = "model.layers.0.mlp.experts"
+
+
+def expert_target_errors(architecture: str | None, peft: dict[str, Any] | None) -> list[FieldError]:
+    """A target pattern that reaches the grouped experts of a family in `FROZEN_EXPERTS`."""
+    patterns = (peft or {}).get("target_modules")
+    if architecture not in FROZEN_EXPERTS or not patterns or (peft or {}).get("match_all_linear"):
+        return []
+    if not selects(lora_targets(patterns) or [], _EXPERTS_MODULE):
+        return []
+    msg = (
+        f"{shown(patterns)} selects the routed experts (mlp.experts), whose adapters "
+        f"tuneyard cannot save for {architecture}"
+    )
+    fix = "target linear layers by name instead, e.g. ['*_proj'] (the experts stay frozen)"
+    return [FieldError("peft.target_modules", msg, fix)]
+
+
 def _unmatched(patterns: list[str], modules: list[Module], architecture: str) -> list[FieldError]:
     """One error naming the patterns that select nothing: peft fails when none matches and
     silently drops one that does not, which is a typo's usual fate."""

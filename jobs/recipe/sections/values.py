@@ -196,11 +196,6 @@ def check_dataset_values(section: dict[str, Any], loc: str) -> list[FieldError]:
 
 # Config keys that give a model's routed-expert count, as transformers' MoE configs name it.
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
-MOE_RANK_MSG = (
-    "scales the LoRA rank of MoE experts to dim // experts per token in AutoModel, which "
-    "tuneyard's trainer does not support yet: its LoRA gives every adapted module rank dim, "
-    "so it would train different adapters"
-)
 
 
 def _has_experts(config: dict[str, Any] | None) -> bool | None:
@@ -216,18 +211,28 @@ def _has_experts(config: dict[str, Any] | None) -> bool | None:
 def check_moe_rank_scaling(
     peft: dict[str, Any] | None, config: dict[str, Any] | None, architecture: str | None
 ) -> tuple[list[FieldError], list[FieldError]]:
-    """`peft.moe_rank_scaling`, taken out of the section: false is tuneyard's behaviour; true
-    is refused unless the model's config shows it has no experts: (errors, warnings)."""
-    if peft is None or not peft.pop("moe_rank_scaling", False):
+    """`peft.moe_rank_scaling: true`: the experts' adapters get rank dim // experts per
+    token (AutoModel's rule, floor division with a warning); a model without experts ignores
+    it with a warning. (errors, warnings)"""
+    if peft is None or not peft.get("moe_rank_scaling"):
         return [], []
-    loc, fix = "peft.moe_rank_scaling", "set peft.moe_rank_scaling: false (rank dim everywhere)"
-    experts = _has_experts(config)
-    if experts is False:
+    loc = "peft.moe_rank_scaling"
+    if _has_experts(config) is False:
+        peft["moe_rank_scaling"] = False
         who = shown(architecture) if architecture else "the model"
         msg = f"accepted and ignored: {who} has no experts, so no LoRA rank is scaled"
         return [], [FieldError(loc, msg)]
-    unknown = " (the model's config is not readable here, so experts cannot be ruled out)"
-    return [FieldError(loc, MOE_RANK_MSG + (unknown if experts is None else ""), fix)], []
+    top_k = (config or {}).get("num_experts_per_tok")
+    dim = peft.get("dim", 8)
+    if not is_number(top_k) or top_k < 1 or not is_number(dim):
+        return [], []  # the trainer reads the count from the model it builds
+    if dim < top_k:
+        msg = f"gives the experts' adapters rank {dim} // {top_k} experts per token = 0"
+        return [FieldError(loc, msg, f"set peft.dim to at least {top_k}, or this to false")], []
+    if dim % top_k:
+        msg = f"peft.dim {dim} is not a multiple of {top_k} experts per token: rank {dim // top_k}"
+        return [], [FieldError(loc, msg)]
+    return [], []
 
 
 # Random-token datasets, and the vocabulary their ids are drawn below when none is given

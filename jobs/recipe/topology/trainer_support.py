@@ -153,8 +153,8 @@ def _ep_fix(span: Any, one_dp_axis: bool) -> str:
 def _peft_errors(peft: dict[str, Any] | None, distributed: dict[str, Any]) -> list[FieldError]:
     """Tensor parallelism shards each LoRA projection's base layer and its two adapter
     factors consistently (`models.common.parallelize`); a DoRA magnitude vector, which
-    normalises over the whole weight, has no placement there. Experts are refused: LoRA
-    wraps the grouped expert tensors that expert parallelism spreads."""
+    normalises over the whole weight, has no placement there. Expert parallelism spreads
+    the experts' adapters with them (`models.common.moe.lora`)."""
     if peft is None:
         return []
     errors = []
@@ -166,13 +166,6 @@ def _peft_errors(peft: dict[str, Any] | None, distributed: dict[str, Any]) -> li
             )
         )
     errors += _lora_sequence_parallel_errors(peft, distributed)
-    if parallel_size(distributed, "ep_size") > 1:
-        msg = "LoRA wraps the grouped expert tensors that expert parallelism spreads"
-        errors.append(
-            FieldError(
-                "distributed.ep_size", msg, "set distributed.ep_size: 1 or remove the peft section"
-            )
-        )
     return errors
 
 

@@ -25,12 +25,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, Shard
 
-_EXPERT_TENSORS = ("gate_proj", "up_proj", "down_proj")
+EXPERT_TENSORS = ("gate_proj", "up_proj", "down_proj")
 
 
 def expert_tensor_names(experts: nn.Module) -> tuple[str, ...]:
     """The module's `[num_experts, ...]` parameters, in `expert_forward` argument order."""
-    return tuple(getattr(experts, "expert_tensor_names", _EXPERT_TENSORS))
+    return tuple(getattr(experts, "expert_tensor_names", EXPERT_TENSORS))
 
 
 def swiglu_expert(experts: nn.Module, chunk: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.common.layers import _ACTIVATIONS
-from models.common.moe.expert_parallel import expert_parallel_forward, shard_experts
+from models.common.moe.expert_parallel import (
+    EXPERT_TENSORS,
+    expert_parallel_forward,
+    shard_experts,
+    swiglu_expert,
+)
+from models.common.moe.lora import LORA_TENSORS, has_expert_lora, swiglu_lora_expert
 
 
 class TopKRouter(nn.Module):
@@ -67,6 +73,18 @@ class GroupedExperts(nn.Module):
         self.ep_mesh: Any = None  # set by `shard_experts` (expert parallelism)
         self.local_experts = (0, experts)
 
+    @property
+    def expert_tensor_names(self) -> tuple[str, ...]:
+        """The `[num_experts, ...]` tensors, in `expert_forward` order: the three weights,
+        then an adapter's four (`models.common.moe.lora`) when LoRA adapts the experts."""
+        return EXPERT_TENSORS + (LORA_TENSORS if has_expert_lora(self) else ())
+
+    def expert_forward(self, chunk: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
+        """One expert on its tokens; `tensors` are its slices of `expert_tensor_names`."""
+        if len(tensors) > len(EXPERT_TENSORS):
+            return swiglu_lora_expert(self, chunk, *tensors)
+        return swiglu_expert(self, chunk, *tensors)
+
     def shard_experts(self, mesh: Any) -> list[nn.Parameter]:
         """Expert parallelism: keep this rank's experts on the 1-D `mesh` (see
         `expert_parallel.py`); returns the sharded parameters."""
@@ -86,14 +104,12 @@ class GroupedExperts(nn.Module):
         order = experts.reshape(-1).argsort(stable=True)
         token_of = order // top_k
         counts = torch.bincount(experts.reshape(-1), minlength=self.num_experts).tolist()
+        tensors = [getattr(self, name) for name in self.expert_tensor_names]
         outputs = []
         for expert, chunk in enumerate(flat[token_of].split(counts)):
             if chunk.shape[0] == 0:
                 continue
-            hidden = self.act_fn(chunk @ self.gate_proj[expert].T) * (
-                chunk @ self.up_proj[expert].T
-            )
-            outputs.append(hidden @ self.down_proj[expert].T)
+            outputs.append(self.expert_forward(chunk, *(t[expert] for t in tensors)))
         if not outputs:
             return torch.zeros_like(flat)
         routed = torch.cat(outputs) * weights.reshape(-1)[order, None]

@@ -14,10 +14,13 @@ subclass the adapter.
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
 import torch
+
+from models.common.moe import lora
 
 _NATIVE_KEY = re.compile(r"^(?P<prefix>.*\.mlp\.experts)\.(?P<proj>gate_proj|up_proj|down_proj)$")
 _HF_KEY = re.compile(
@@ -35,6 +38,8 @@ class GroupedExpertsStateDictAdapter:
     # Per-expert targets are views into a grouped parameter: once it is a sharded DTensor
     # they are no longer its storage, so the shard-only load keeps the full-model path.
     supports_low_memory_dcp_load = False
+    # LoRA on the experts is saved per expert under these names (`lora_to_hf`).
+    supports_expert_lora = True
 
     @staticmethod
     def expert_count(config: Any) -> int:
@@ -96,6 +101,29 @@ class GroupedExpertsStateDictAdapter:
             for e in range(cls.expert_count(config)):
                 targets[f"{match['prefix']}.{e}.{match['proj']}.weight"] = param.data[e]
         return targets
+
+    @classmethod
+    def lora_to_hf(
+        cls, state: dict[str, torch.Tensor], peft_config: Any, config: Any
+    ) -> tuple[dict[str, torch.Tensor], Any]:
+        """A LoRA adapter with expert adapters (`models.common.moe.lora`) in peft's
+        per-expert layout; its config (a copy) also targets every expert projection, at
+        the experts' rank where it differs (`peft.moe_rank_scaling`)."""
+        ranks = {int(t.shape[1]) for k, t in state.items() if k.endswith(".lora_gate_up_A")}
+        if not ranks:
+            return state, peft_config
+        peft_config = copy.copy(peft_config)
+        peft_config.target_modules = lora.expert_lora_targets(peft_config.target_modules)
+        (rank,) = ranks
+        if rank != peft_config.r:
+            pattern = {r"experts\.\d+\.(?:gate_proj|up_proj|down_proj)": rank}
+            peft_config.rank_pattern = {**(peft_config.rank_pattern or {}), **pattern}
+        return lora.lora_to_hf(state), peft_config
+
+    @classmethod
+    def lora_from_hf(cls, state: dict[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
+        """The inverse of `lora_to_hf` (tensors only)."""
+        return lora.lora_from_hf(state, cls.expert_count(config))
 
     @staticmethod
     def supports_low_memory_load(model: torch.nn.Module) -> bool:

@@ -43,11 +43,15 @@ def test_mixtral_expert_parallelism_validates(validate, recipe, data_root):
     assert result.plan["architecture"] == "MixtralForCausalLM"
 
 
-def test_mixtral_tensor_parallelism_and_lora_with_ep_are_refused(validate, recipe, data_root):
+def test_mixtral_tensor_parallelism_and_expert_lora_are_refused(validate, recipe, data_root):
     _use(recipe, data_root, MIXTRAL)
     recipe["distributed"]["tp_size"] = 2
     tp = error_at(validate(recipe, nproc_per_node=2), "distributed.tp_size")
     assert "MixtralForCausalLM" in tp.msg
     recipe["distributed"].update(tp_size=1, ep_size=2)
     recipe["peft"] = {"match_all_linear": True, "dim": 8, "alpha": 16}
-    assert "LoRA" in error_at(validate(recipe, nproc_per_node=2), "distributed.ep_size").msg
+    result = validate(recipe, nproc_per_node=2)  # linear layers only: the experts stay frozen
+    assert result.valid, [str(e) for e in result.errors]
+    recipe["peft"] = {"target_modules": ["*"], "dim": 8, "alpha": 16}
+    error = error_at(validate(recipe, nproc_per_node=2), "peft.target_modules")
+    assert "MixtralForCausalLM" in error.msg and "'*_proj'" in error.fix

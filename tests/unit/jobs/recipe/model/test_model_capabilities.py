@@ -203,14 +203,15 @@ def test_qwen3_moe_expert_parallelism_must_divide_the_dp_ranks(
     assert "must divide dp_size" in err.msg and err.fix == fix
 
 
-def test_qwen3_moe_expert_parallelism_refuses_lora(validate, recipe, data_root):
+def test_qwen3_moe_expert_parallelism_takes_lora(validate, recipe, data_root):
     recipe["model"]["pretrained_model_name_or_path"] = str(
         write_model_dir(data_root / "moe", MOE_CONFIG)
     )
     recipe["distributed"]["ep_size"] = 2
-    recipe["peft"] = {"match_all_linear": True, "dim": 8, "alpha": 16}
-    err = error_at(validate(recipe, nproc_per_node=2), "distributed.ep_size")
-    assert "LoRA" in err.msg and "remove the peft section" in err.fix
+    for peft in ({"match_all_linear": True}, {"target_modules": ["*"]}):
+        recipe["peft"] = {**peft, "dim": 8, "alpha": 16}
+        result = validate(recipe, nproc_per_node=2)
+        assert result.valid, [str(e) for e in result.errors]
 
 
 # --- config.json is read with the root and symlink checks, and capped (issue 11, item 6) ---

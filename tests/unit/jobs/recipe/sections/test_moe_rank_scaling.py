@@ -1,5 +1,5 @@
-"""`peft.moe_rank_scaling`: AutoModel's expert LoRA rank dim // experts per token, refused
-where experts may be adapted, ignored for a model without experts
+"""`peft.moe_rank_scaling`: AutoModel's expert LoRA rank dim // experts per token, kept
+for the trainer where the model has experts, ignored for a model without them
 (jobs.recipe.sections.values.check_moe_rank_scaling)."""
 
 from __future__ import annotations
@@ -18,24 +18,30 @@ def test_a_dense_model_has_no_expert_rank_to_scale(validate, recipe):
     assert result.valid, [str(e) for e in result.errors]
     [warning] = [w for w in result.warnings if w.loc == "peft.moe_rank_scaling"]
     assert "'LlamaForCausalLM' has no experts" in warning.msg
-    assert "moe_rank_scaling" not in result.recipe["peft"]
+    assert result.recipe["peft"]["moe_rank_scaling"] is False
 
 
-def test_a_model_with_experts_is_refused_with_why(validate, recipe, data_root):
+def test_a_model_with_experts_keeps_it_for_the_trainer(validate, recipe, data_root):
     model = write_model_dir(data_root / "tiny-moe", TINY_MOE)
     recipe["model"]["pretrained_model_name_or_path"] = str(model)
     recipe["peft"] = {**PEFT, "moe_rank_scaling": True}
-    error = error_at(validate(recipe), "peft.moe_rank_scaling")
-    assert "dim // experts per token" in error.msg and "rank dim" in error.msg
-    assert "not readable" not in error.msg
-    assert error.fix.startswith("set peft.moe_rank_scaling: false")
+    result = validate(recipe)
+    assert result.valid, [str(e) for e in result.errors]
+    assert result.recipe["peft"]["moe_rank_scaling"] is True
+    assert "peft.moe_rank_scaling" not in [w.loc for w in result.warnings]  # 8 // 2 = 4
 
 
-def test_an_unreadable_config_cannot_rule_experts_out(validate, recipe):
-    recipe["model"]["pretrained_model_name_or_path"] = "deepseek-ai/DeepSeek-V3.2-Exp"
-    recipe["peft"] = {**PEFT, "moe_rank_scaling": True}
+def test_a_rank_below_one_is_refused_and_a_remainder_warned(validate, recipe, data_root):
+    model = write_model_dir(data_root / "tiny-moe", TINY_MOE)
+    recipe["model"]["pretrained_model_name_or_path"] = str(model)
+    recipe["peft"] = {**PEFT, "dim": 1, "moe_rank_scaling": True}
     error = error_at(validate(recipe), "peft.moe_rank_scaling")
-    assert "experts cannot be ruled out" in error.msg
+    assert "1 // 2 experts per token = 0" in error.msg and "peft.dim to at least 2" in error.fix
+    recipe["peft"] = {**PEFT, "dim": 5, "moe_rank_scaling": True}
+    result = validate(recipe)
+    assert result.valid, [str(e) for e in result.errors]
+    [warning] = [w for w in result.warnings if w.loc == "peft.moe_rank_scaling"]
+    assert "rank 2" in warning.msg
 
 
 def test_false_is_tuneyards_lora_and_is_accepted(validate, recipe, data_root):
