@@ -11,6 +11,8 @@ A loader kernel option that fell back is reported as a `kernel_fallback` event.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -126,12 +128,39 @@ def apply_peft(model: nn.Module, peft: Peft | None) -> nn.Module:
             use_dora=peft.use_dora,
             task_type="CAUSAL_LM",
         )
-        adapted = get_peft_model(model, config)
+        with _v4_names_kept(model):
+            adapted = get_peft_model(model, config)
     except ValueError as exc:
         raise data_error(f"peft: the model refuses this LoRA setting: {exc}") from None
     for param in expert_adapters:  # peft froze every parameter but its own layers'
         param.requires_grad_(True)
     return adapted
+
+
+_CLASS_VALUE = object()
+
+
+@contextlib.contextmanager
+def _v4_names_kept(model: nn.Module) -> Iterator[None]:
+    """Under transformers v5, peft rewrites LoRA targets of some MoE model types (by
+    `config.model_type`) onto v5's fused expert parameters: `all-linear` or a `down_proj`
+    target would put peft's parameter LoRA on the router and the experts. A native class
+    keeps the v4 module layout, so for it the model type is hidden while peft injects."""
+    from models.hooks import native_entry
+
+    config = getattr(model, "config", None)
+    if config is None or native_entry(model) is None:
+        yield
+        return
+    own = vars(config).get("model_type", _CLASS_VALUE)
+    config.model_type = None
+    try:
+        yield
+    finally:
+        if own is _CLASS_VALUE:
+            del config.model_type  # the config class's own value again
+        else:
+            config.model_type = own
 
 
 def _is_linear(module: nn.Module) -> bool:
