@@ -5,8 +5,13 @@
   (AutoModel's strategy block beside the sizes in `distributed:`) into `distributed:`;
 - `distributed.mp_policy: {_target_: torch.distributed.fsdp.MixedPrecisionPolicy, ...}`
   into the plain policy mapping;
-- `model.config: {_target_: transformers.LlamaConfig, ...}` (a transformers config class)
-  into the config mapping with its `model_type`;
+- `model.config: {_target_: transformers.LlamaConfig, ...}` (a transformers config class,
+  also by its module: `transformers.models.llama.configuration_llama.LlamaConfig`) into the
+  config mapping with its `model_type`;
+- `model.config: {_target_: nemo_automodel.components.models.<family>.config.<Class>...}`
+  (AutoModel's own config class) of a family transformers has into transformers' config
+  (`AutoConfig.from_pretrained` of the same path, or the mapping with that model_type), with
+  a warning; any other family's is not supported, named;
 - `model.config: {_target_: transformers.AutoConfig.from_pretrained, <the model's own path>,
   <overrides>}` on a `from_pretrained` loader (the weights loaded with their own config,
   changed) into those overrides on the model (`_attn_implementation` is the loader's
@@ -27,6 +32,7 @@ error at the second place.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from jobs.recipe.errors import FieldError, shown
@@ -65,6 +71,10 @@ CONFIG_CLASSES = {
     "StarCoder2Config": "starcoder2",
     "FalconConfig": "falcon",
 }
+# `transformers.models.qwen3_moe.configuration_qwen3_moe.Qwen3MoeConfig`
+_CONFIG_MODULE = re.compile(
+    r"^transformers\.models\.(?P<m>\w+)\.configuration_(?P=m)\.(?P<name>\w+)$"
+)
 CONSOLIDATED = (
     "accepted: tuneyard writes every checkpoint as sharded state plus a "
     "consolidated Hugging Face safetensors copy (more disk per checkpoint)"
@@ -131,13 +141,52 @@ def _mp_policy(data: dict[str, Any]) -> list[FieldError]:
     return []
 
 
+# AutoModel's own config classes (`nemo_automodel.components.models.<family>.config.<Class>`)
+# of families transformers also has (checked against the pinned transformers): there the
+# module name is transformers' model_type.
+TRANSFORMERS_FAMILIES = frozenset({"deepseek_v32", "deepseek_v4", "kimi_linear", "mimo_v2_flash"})
+_AM_CONFIG = re.compile(
+    r"^nemo_automodel\.components\.models\.(?P<family>\w+)\.config\."
+    r"(?P<cls>\w+?)(?P<loader>\.from_pretrained)?$"
+)
+
+
+def _automodel_config_class(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldError]]:
+    """AutoModel's config class of a family transformers has becomes transformers' own:
+    `<Class>.from_pretrained(path, ...)` is `AutoConfig.from_pretrained(path, ...)`, a bare
+    `<Class>(...)` the config mapping with that model_type. Any other: not supported, named."""
+    model = data.get("model")
+    config = model.get("config") if isinstance(model, dict) else None
+    target = config.get("_target_") if isinstance(config, dict) else None
+    found = _AM_CONFIG.match(target) if isinstance(target, str) else None
+    if found is None:
+        return [], []
+    family, name, loc = found["family"], found["cls"], "model.config._target_"
+    if family not in TRANSFORMERS_FAMILIES:
+        msg = f"{family} ({name}) is not supported by tuneyard: it is AutoModel's own model code"
+        fix = "use a model family that transformers implements"
+        return [FieldError(loc, msg, fix)], []
+    rest = {k: v for k, v in config.items() if k != "_target_"}
+    if found["loader"]:
+        model["config"] = {"_target_": "transformers.AutoConfig.from_pretrained", **rest}
+    else:
+        model["config"] = {"model_type": family, **rest}
+    msg = (
+        f"AutoModel's {name} is read as transformers' {family} configuration; the model runs "
+        f"as transformers implements {family}, without AutoModel's own kernels"
+    )
+    return [], [FieldError(loc, msg)]
+
+
 def _config_class(data: dict[str, Any]) -> list[FieldError]:
     model = data.get("model")
     config = model.get("config") if isinstance(model, dict) else None
     target = config.get("_target_") if isinstance(config, dict) else None
     if not isinstance(target, str) or not target.startswith("transformers."):
         return []
-    model_type = CONFIG_CLASSES.get(target.removeprefix("transformers."))
+    module_form = _CONFIG_MODULE.match(target)  # the class by its defining module
+    name = module_form["name"] if module_form else target.removeprefix("transformers.")
+    model_type = CONFIG_CLASSES.get(name)
     if model_type is None:
         return []  # left for the allowlist to answer (AutoConfig.from_pretrained, or refused)
     given = config.get("model_type", model_type)
@@ -303,7 +352,10 @@ def _tokenizer_remote_code(data: dict[str, Any]) -> list[FieldError]:
 
 def fold_automodel_blocks(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldError]]:
     """Fold the blocks above in place: (errors, warnings)."""
-    errors = _distributed_config(data) + _mp_policy(data) + _config_class(data) + _own_config(data)
+    am_errors, am_warnings = _automodel_config_class(data)
+    errors = _distributed_config(data) + _mp_policy(data) + am_errors
+    errors += _config_class(data) + _own_config(data)
     errors += _dataset_tokenizer(data) + _tokenizer_remote_code(data)
     gpt2_errors, gpt2_warnings = _gpt2_builder(data)
-    return errors + gpt2_errors, gpt2_warnings + _checkpoint_format(data) + _ignored_blocks(data)
+    warnings = am_warnings + gpt2_warnings + _checkpoint_format(data) + _ignored_blocks(data)
+    return errors + gpt2_errors, warnings

@@ -66,6 +66,21 @@ def test_a_transformers_config_class_is_a_config_mapping(validate, recipe, model
     error_at(validate(recipe), "model.config.model_type")
 
 
+def test_a_config_class_by_its_module_path_is_the_same_class(validate, recipe, model_dir):
+    config = {k: v for k, v in TINY_LLAMA_CONFIG.items() if k != "model_type"}
+    long = "transformers.models.llama.configuration_llama.LlamaConfig"
+    recipe["model"] = {"_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_config",
+                       "config": {"_target_": long, **config}}  # fmt: skip
+    recipe["dataset"]["tokenizer_name_or_path"] = str(model_dir)
+    result = validate(recipe)
+    assert result.valid, [str(e) for e in result.errors]
+    assert result.recipe["model"]["config"]["model_type"] == "llama"
+    recipe["model"]["config"]["_target_"] = (
+        "transformers.models.qwen2.configuration_llama.LlamaConfig"
+    )
+    error_at(validate(recipe), "model.config._target_")  # not a module transformers has
+
+
 def test_unconsolidated_and_torch_save_checkpoints_are_warnings(validate, recipe):
     recipe["checkpoint"] = {"save_consolidated": False, "model_save_format": "torch_save"}
     result = validate(recipe)
@@ -128,3 +143,29 @@ def test_tokenizer_remote_code_follows_the_models(validate, recipe, model_dir, s
     result = validate_job(recipe, [], None, settings, allow_remote_code=True)
     assert result.valid, [str(e) for e in result.errors]
     assert "trust_remote_code" not in result.recipe["tokenizer"]
+
+
+def test_automodel_config_classes_become_transformers_own_or_are_named() -> None:
+    from jobs.recipe.automodel.blocks import fold_automodel_blocks
+
+    am = "nemo_automodel.components.models"
+    loader = {"_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_config"}
+    data = {"model": {**loader, "config": {
+        "_target_": f"{am}.kimi_linear.config.KimiLinear48BConfig.from_pretrained",
+        "pretrained_model_name_or_path": "moonshotai/Kimi-Linear-48B-A3B-Instruct"}}}  # fmt: skip
+    errors, warnings = fold_automodel_blocks(data)
+    assert not errors
+    assert data["model"]["config"] == {
+        "_target_": "transformers.AutoConfig.from_pretrained",
+        "pretrained_model_name_or_path": "moonshotai/Kimi-Linear-48B-A3B-Instruct",
+    }
+    [warning] = [w for w in warnings if w.loc == "model.config._target_"]
+    assert "transformers' kimi_linear configuration" in warning.msg
+    data = {"model": {**loader, "config": {
+        "_target_": f"{am}.deepseek_v4.config.DeepseekV4Config", "hidden_size": 64}}}  # fmt: skip
+    assert fold_automodel_blocks(data)[0] == []
+    assert data["model"]["config"] == {"model_type": "deepseek_v4", "hidden_size": 64}
+    data = {"model": {**loader, "config": {"_target_": f"{am}.k3.config.K3Config"}}}
+    [error] = fold_automodel_blocks(data)[0]
+    assert error.loc == "model.config._target_"
+    assert error.msg.startswith("k3 (K3Config) is not supported by tuneyard")
