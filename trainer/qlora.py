@@ -51,6 +51,10 @@ def _quantized_layer(linear: nn.Linear, config: Quantization) -> nn.Module:
             quant_storage=_STORAGE[config.quant_storage],
             device="meta",
         )
+        # On a CPU with AVX512-BF16, bitsandbytes repacks the weight for its inference kernel
+        # at the first no-grad eval forward, for good: the training steps after the first
+        # validation (or after a resume's probe) would then run another kernel than before.
+        layer.support_avx512bf16_for_cpu = False
         layer.weight = bnb.nn.Params4bit(
             linear.weight.data,
             requires_grad=False,

@@ -61,6 +61,22 @@ def test_four_bit_quantizes_every_linear_but_the_head() -> None:
         torch.testing.assert_close(model.up(x), want, rtol=1e-4, atol=1e-5)
 
 
+def test_an_eval_forward_leaves_the_training_kernel_unchanged() -> None:
+    """bitsandbytes repacks a 4-bit weight for its CPU inference kernel at the first no-grad
+    eval forward on an AVX512-BF16 CPU; a run that validates, then trains on, must keep the
+    layout it trained with (a resume's probe forward would otherwise change later steps)."""
+    model, _ = quantized(4)
+    ids = torch.randint(0, 32, (2, 8))
+    model.train()
+    before = model(ids).detach()
+    model.eval()
+    with torch.no_grad():
+        model(ids)
+    model.train()
+    assert not getattr(model.up.weight.quant_state, "packing_format_for_cpu", False)
+    assert torch.equal(model(ids).detach(), before)
+
+
 def test_eight_bit_holds_int8_weights() -> None:
     model, reference = quantized(8)
     assert isinstance(model.up, bnb.nn.Linear8bitLt) and model.up.weight.dtype == torch.int8
