@@ -5,7 +5,8 @@ Validation reads a hub model's config at submit and pins the job to the commit i
 each pinned name into the local directory of that commit's snapshot, wherever the recipe
 names it (the model, a KD teacher, the tokenizer section, a dataset's tokenizer): the model,
 its tokenizer and the exported base all come from the revision that was validated, whatever
-the repository's `main` is by now. Online, each node's first rank downloads the snapshot's
+the repository's `main` is by now. A repository named only as a tokenizer is fetched without
+its weights. Online, each node's first rank downloads the snapshot's
 model files (the others wait at a barrier, then read the cache); offline (`HF_HUB_OFFLINE`)
 the snapshot must already be in the cache. A failure is a `data_error` naming the model, the
 commit and the fix.
@@ -24,6 +25,8 @@ from trainer.errors import data_error
 
 # What loading a model and its tokenizer reads; no pickled weights unless the recipe asked.
 MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken", "*.py"]
+# What a repository named only as a tokenizer is read for: no weights.
+TOKENIZER_FILES = [p for p in MODEL_FILES if p != "*.safetensors"]
 # Keywords that name a model or tokenizer repository, in the sections that can hold them.
 NAME_KEYS = ("pretrained_model_name_or_path", "tokenizer_name_or_path", "config")
 SECTIONS = ("model", "teacher_model", "tokenizer", "dataset", "validation_dataset")
@@ -37,12 +40,19 @@ def pin_hub_models(recipe: Recipe, local_rank: int = 0) -> Recipe:
     pins = {n: c for n, c in recipe.hub_revisions.items() if n in named}
     if not pins:
         return recipe
-    patterns = [*MODEL_FILES, "*.bin"] if recipe.pickled_weights else MODEL_FILES
+    weights = [*MODEL_FILES, "*.bin"] if recipe.pickled_weights else MODEL_FILES
+    models = {
+        v
+        for name in ("model", "teacher_model")
+        if (call := getattr(recipe, name))
+        for v in _names(call.kwargs)
+    }
+    patterns = {n: weights if n in models else TOKENIZER_FILES for n in pins}
     if local_rank == 0:
-        local = {n: _snapshot(n, c, patterns) for n, c in pins.items()}
+        local = {n: _snapshot(n, c, patterns[n]) for n, c in pins.items()}
     _barrier()
     if local_rank != 0:  # the node's first rank has fetched them: read the cache only
-        local = {n: _snapshot(n, c, patterns, True) for n, c in pins.items()}
+        local = {n: _snapshot(n, c, patterns[n], True) for n, c in pins.items()}
     changes = {
         name: _with_local(call, local)
         for name in SECTIONS

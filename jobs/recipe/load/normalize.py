@@ -42,7 +42,7 @@ from jobs.recipe.model.config import (
     tensor_parallel_config_errors,
 )
 from jobs.recipe.model.fused_layout import fused_lora_errors
-from jobs.recipe.model.hub import hub_model_config
+from jobs.recipe.model.hub import hub_model_config, tokenizer_revisions
 from jobs.recipe.model.lora_targets import expert_target_errors, lora_target_errors
 from jobs.recipe.model.overrides import check_overrides, config_with_overrides
 from jobs.recipe.paths.data import check_checkpoint_paths, check_data_paths
@@ -382,6 +382,7 @@ def normalize_recipe(
     info, errs = _model_info(out.get("model"), checks, roots, fetch=fetch)
     out["hub_revisions"] = dict(info.revisions)
     errors += errs + _teacher_errors(out, checks, roots, info, fetch)
+    out["hub_revisions"].update(tokenizer_revisions(out, out["hub_revisions"], fetch))
     warnings += info.warnings + _target_section_warnings(out)
     errs, notes = check_moe_rank_scaling(out["peft"], info.config, info.architecture)
     errors, warnings = errors + errs, warnings + notes

@@ -124,3 +124,43 @@ def _fetch_config(name: str, loc: str) -> tuple[Path | None, str | None, list[Fi
     except Exception:  # noqa: BLE001 - unreachable hub (DNS, refused, timeout): as offline
         return None, None, []
     return Path(path), meta.commit_hash, []
+
+
+# Where a recipe names a tokenizer repository apart from its model's (after the AutoModel
+# folds, a dataset's tokenizer block is the `tokenizer` section).
+TOKENIZER_FIELDS = (
+    ("tokenizer", "pretrained_model_name_or_path"),
+    ("dataset", "tokenizer_name_or_path"),
+    ("validation_dataset", "tokenizer_name_or_path"),
+)
+
+
+def tokenizer_revisions(out: dict[str, Any], pinned: dict[str, str], fetch: bool) -> dict[str, str]:
+    """The commit the hub serves now for each tokenizer repository the recipe names that no
+    model pin covers: the worker loads the tokenizer at the revision validated, as it does
+    the model. Unreachable (or offline): none, and the worker reads its cache."""
+    from jobs.recipe.paths.roots import is_hub_name
+
+    names = {
+        value
+        for section, key in TOKENIZER_FIELDS
+        if isinstance(block := out.get(section), dict)
+        and isinstance(value := block.get(key), str)
+        and is_hub_name(value)
+        and value not in pinned
+    }
+    found = (
+        {name: _commit(name, "tokenizer_config.json") for name in sorted(names)} if fetch else {}
+    )
+    return {name: commit for name, commit in found.items() if commit}
+
+
+def _commit(name: str, filename: str) -> str | None:
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    endpoint = os.environ.get("HF_ENDPOINT") or None
+    try:
+        url = hf_hub_url(name, filename, endpoint=endpoint)
+        return get_hf_file_metadata(url, timeout=HUB_TIMEOUT_S).commit_hash
+    except Exception:  # noqa: BLE001 - a hub that fails leaves the tokenizer unpinned
+        return None

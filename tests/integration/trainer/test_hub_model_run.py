@@ -1,9 +1,10 @@
 """A hub model validated online trains at the commit validation read (trainer.hub_models).
 
 The model lives only on a local server that speaks the hub's file protocol. Validation (an
-online server) fetches its config and pins the commit; then the repository's `main` moves to a
-config the weights do not fit; then two torchrun ranks with an empty cache run the stored
-recipe: they download the pinned snapshot, not `main`, and train.
+online server) fetches its config and pins the commit (and the commit of a repository named
+only as the tokenizer); then the repository's `main` moves to a config the weights do not
+fit; then two torchrun ranks with an empty cache run the stored recipe: they download the
+pinned snapshots, not `main` (the tokenizer's without weights), and train.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from jobs.recipe.validation import validate_job
 
 pytestmark = pytest.mark.slow
 NAME = "org/tiny-llama"
+TOKENIZER = "org/tiny-tokenizer"  # the same files, named only as the recipe's tokenizer
 
 
 def _publish(assets: Assets, hub: Path) -> Path:
@@ -39,17 +41,23 @@ def test_two_ranks_download_and_train_the_validated_commit(
     hub = tmp_path / "hub"
     repo = _publish(assets, hub)
     pinned = repo_commit(repo)
+    shutil.copytree(assets.model, hub / TOKENIZER)
+    tokenizer_pin = repo_commit(hub / TOKENIZER)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "api-cache"))
     recipe = base_recipe(assets, step_scheduler={"max_steps": 4, "val_check_interval": 4})
     recipe["model"]["pretrained_model_name_or_path"] = NAME
+    recipe["tokenizer"] = {
+        "_target_": "transformers.AutoTokenizer.from_pretrained",
+        "pretrained_model_name_or_path": TOKENIZER,
+    }
     recipe["distributed"] = {"strategy": "fsdp2"}
     settings = RecipeSettings(data_roots=str(assets.root), hub_fetch=True)
     with serve_hub(hub) as endpoint:
         monkeypatch.setenv("HF_ENDPOINT", endpoint)
         result = validate_job(recipe, [], {"nproc_per_node": 2}, settings)
         assert result.valid, [str(e) for e in result.errors]
-        assert result.plan["hub_revisions"] == {NAME: pinned}
+        assert result.plan["hub_revisions"] == {NAME: pinned, TOKENIZER: tokenizer_pin}
         broken = json.loads((repo / "config.json").read_text()) | {"hidden_size": 48}
         write_repo(hub, NAME, {"config.json": broken})  # main moves on
         assert repo_commit(repo) != pinned
@@ -75,6 +83,11 @@ def test_two_ranks_download_and_train_the_validated_commit(
     assert len([r for r in map(json.loads, lines) if r["kind"] == "train"]) == 4
     snapshots = tmp_path / "worker-cache" / f"models--{NAME.replace('/', '--')}" / "snapshots"
     assert [p.name for p in snapshots.iterdir()] == [pinned]
+    # the tokenizer's repository at its validated commit, without the weights it also holds
+    tokenizer = tmp_path / "worker-cache" / f"models--{TOKENIZER.replace('/', '--')}" / "snapshots"
+    assert [p.name for p in tokenizer.iterdir()] == [tokenizer_pin]
+    files = {f.name for f in (tokenizer / tokenizer_pin).iterdir()}
+    assert "tokenizer.json" in files and not any(f.endswith(".safetensors") for f in files)
 
 
 def test_offline_a_worker_without_the_snapshot_says_which_commit_to_fetch(

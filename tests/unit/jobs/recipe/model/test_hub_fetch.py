@@ -58,6 +58,23 @@ def test_the_config_is_fetched_and_its_commit_pinned(hub_recipe, settings, endpo
     assert result.recipe["hub_revisions"] == {NAME: commit}  # what the worker runs
 
 
+def test_a_tokenizer_named_apart_from_the_model_is_pinned_too(
+    hub_recipe, settings, endpoint, hub_root
+):
+    write_repo(hub_root, "org/tokenizer", {"tokenizer_config.json": {"model_max_length": 64}})
+    hub_recipe["tokenizer"] = {
+        "_target_": "transformers.AutoTokenizer.from_pretrained",
+        "pretrained_model_name_or_path": "org/tokenizer",
+    }
+    result = _validate(hub_recipe, settings)
+    assert result.valid, [str(e) for e in result.errors]
+    assert result.plan["hub_revisions"] == {
+        NAME: repo_commit(hub_root / NAME),
+        "org/tokenizer": repo_commit(hub_root / "org/tokenizer"),
+    }
+    assert "org/tokenizer" not in _validate(hub_recipe, settings, fetch=False).plan["hub_revisions"]
+
+
 def test_without_fetching_the_same_recipe_is_refused_as_before(hub_recipe, settings, endpoint):
     err = error_at(_validate(hub_recipe, settings, fetch=False), "distributed.tp_size")
     assert "config.json is not readable here" in err.msg
