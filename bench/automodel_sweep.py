@@ -38,8 +38,13 @@ IN_SCOPE = {
 }
 HUB_UNREADABLE = "config.json is not readable here"
 # A local data file the recipe names that is not on this machine (the user's own data, or
-# files AutoModel's repository does not ship): the environment, not a refusal of the recipe.
-ABSENT_DATA = re.compile(r"^\w*dataset\.[\w.]+: '[^']*' (does not exist|matches no file)")
+# files AutoModel's repository does not ship), or a checkpoint directory outside this
+# server's checkpoint roots (an operator's setting): the environment, not a refusal of the
+# recipe.
+ABSENT_DATA = re.compile(
+    r"^(\w*dataset\.[\w.]+: '[^']*' (does not exist|matches no file)"
+    r"|checkpoint\.checkpoint_dir: '[^']*' is outside the allowed roots)"
+)
 
 
 def _recipe(path: Path) -> dict[str, Any]:
@@ -123,7 +128,7 @@ def report(rows: list[dict[str, Any]], causes: int) -> None:
     absent = [r for r in other if all(ABSENT_DATA.match(e) for e in r["errors"])]
     print(
         f"  refused for other reasons only: {len(other)}, of which {len(absent)} only name "
-        "local data files that are absent here"
+        "local data files that are absent here or a checkpoint dir outside this server's roots"
     )
     print(
         f"out of scope: {len(outside)} recipes, {len(single)} answer one 'not supported'; "
