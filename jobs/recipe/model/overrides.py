@@ -58,6 +58,7 @@ COMMON_ATTRIBUTES = frozenset(
         "pad_token_id",
         "bos_token_id",
         "eos_token_id",
+        "name_or_path",  # where the config was read from (metadata, set on every load)
     }
 )
 FROM_PRETRAINED = "pretrained_model_name_or_path"

@@ -26,6 +26,14 @@ def test_a_config_attribute_that_keeps_shapes_is_accepted_on_from_pretrained(val
     assert result.recipe["model"]["max_position_embeddings"] == 128
 
 
+def test_name_or_path_is_an_attribute_of_every_config(validate, recipe):
+    """AutoModel's config blocks pass `name_or_path` (PretrainedConfig's own attribute, which
+    config.json leaves out)."""
+    recipe["model"]["name_or_path"] = "org/model"
+    result = validate(recipe)
+    assert result.valid, [str(e) for e in result.errors]
+
+
 def test_an_unknown_attribute_is_refused_with_a_did_you_mean(validate, recipe):
     recipe["model"]["num_hiden_layers"] = 1
     err = error_at(validate(recipe), "model.num_hiden_layers")
