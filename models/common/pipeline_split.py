@@ -122,9 +122,9 @@ class StageModule(nn.Module):
 def split_unsupported_reason(model: nn.Module) -> str | None:
     """Why `model` cannot be split into stages (None when it can)."""
     backbone = getattr(model, "model", None)
-    if not isinstance(backbone, DecoderModel) or not isinstance(
-        getattr(model, "lm_head", None), nn.Linear
-    ):
+    head = getattr(model, "lm_head", None)
+    head = getattr(head, "base_layer", head)  # a LoRA-wrapped head: its linear layer
+    if not isinstance(backbone, DecoderModel) or not isinstance(head, nn.Linear):
         return (
             f"{type(model).__name__} is not a native decoder stack (model.embed_tokens, "
             "model.layers, model.norm, lm_head); pipeline stages split tuneyard's native "

@@ -10,6 +10,9 @@ batch (6 steps, validation and checkpoint every 3, dropout off, fp32):
   outside FSDP2, gradients scaled by a hook).
 - `ep2-dp4`: ep_size 2 on 4 ranks: ranks r and r + 2 hold the same experts, whose weights
   and adapters FSDP2 shards over the pair.
+- `pp2-ep2`: two pipeline stages of one decoder layer each on 4 ranks, each stage's experts
+  and adapters spread over its 2 ranks; the LoRA-wrapped lm_head runs on the last stage, and
+  the adapter is gathered from both stages into one file.
 
 Losses, gradient norms and validation losses agree to 1e-5 relative. The step-6 adapter
 holds one lora_A/lora_B pair per expert projection (peft's per-expert layout, rank 2 in
@@ -39,7 +42,7 @@ pytestmark = pytest.mark.slow
 
 STEPS, EVERY, GLOBAL_BATCH = 6, 3, 8
 PEFT = {"target_modules": ["*"], "dim": 4, "alpha": 8, "moe_rank_scaling": True}
-LAYOUTS = {"ep2": 2, "ep2-dp4": 4}  # name: ranks
+LAYOUTS = {"ep2": 2, "ep2-dp4": 4, "pp2-ep2": 4}  # name: ranks
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +60,10 @@ def lora_recipe(assets: Assets, model: Path, distributed: dict, batch: int) -> d
     return recipe
 
 
-def ep_distributed() -> dict:
+def ep_distributed(name: str = "ep2") -> dict:
+    if name.startswith("pp2"):  # one decoder layer per stage, experts over each stage's 2 ranks
+        pipeline = {"pp_microbatch_size": 2}
+        return {"strategy": "fsdp2", "ep_size": 2, "pp_size": 2, "pipeline": pipeline}
     return {"strategy": "fsdp2", "ep_size": 2, "activation_checkpointing": True}
 
 
@@ -76,7 +82,8 @@ def layout(assets: Assets, model: Path, name: str) -> RunResult:
     """The layout's uninterrupted run, launched once per session."""
     if name not in _RUNS:
         ranks = LAYOUTS[name]
-        recipe = lora_recipe(assets, model, ep_distributed(), GLOBAL_BATCH // ranks)
+        dp = ranks // 2 if name.startswith("pp2") else ranks
+        recipe = lora_recipe(assets, model, ep_distributed(name), GLOBAL_BATCH // dp)
         _RUNS[name] = launch(assets, f"expert-lora-{name}", recipe, nproc=ranks)
     run = _RUNS[name]
     assert run.returncode == 0, run.output[-3000:]

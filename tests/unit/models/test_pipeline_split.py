@@ -115,3 +115,23 @@ def test_tied_embeddings_and_foreign_classes_are_refused():
     assert "not a native decoder stack" in split_unsupported_reason(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="ties lm_head"):
         split_model(tiny_llama(tie_word_embeddings=True), [0], stage_layer_ranges(4, 2))
+
+
+def test_a_lora_wrapped_head_splits_and_computes_the_unsplit_logits():
+    """LoRA on lm_head (AutoModel's `target_modules: ['*']`): the last stage runs the
+    wrapped head."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    model = get_peft_model(tiny_llama(), LoraConfig(r=2, target_modules=["lm_head", "q_proj"]))
+    base = model.get_base_model()
+    torch.nn.init.normal_(base.lm_head.lora_B["default"].weight)
+    assert split_unsupported_reason(base) is None
+    ids = torch.randint(1, 128, (2, 8))
+    with torch.no_grad():
+        want = base(input_ids=ids).logits
+        _, stages = split_model(base, [0, 1], stage_layer_ranges(4, 2))
+        hidden = ids
+        for stage in stages:
+            hidden = stage(hidden)
+    torch.testing.assert_close(hidden, want)
