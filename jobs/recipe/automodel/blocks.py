@@ -12,6 +12,8 @@
   (AutoModel's own config class) of a family transformers has into transformers' config
   (`AutoConfig.from_pretrained` of the same path, or the mapping with that model_type), with
   a warning; any other family's is not supported, named;
+- `from_config` with `load_base_model: true` and a config read from a path into
+  `from_pretrained` of that path (AutoModel loads the base weights), with a warning;
 - `model.config: {_target_: transformers.AutoConfig.from_pretrained, <the model's own path>,
   <overrides>}` on a `from_pretrained` loader (the weights loaded with their own config,
   changed) into those overrides on the model (`_attn_implementation` is the loader's
@@ -35,6 +37,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from jobs.recipe.automodel.sections import BASE_WEIGHTS
 from jobs.recipe.errors import FieldError, shown
 
 AM_DIST = "nemo_automodel.components.distributed.config"
@@ -175,6 +178,34 @@ def _automodel_config_class(data: dict[str, Any]) -> tuple[list[FieldError], lis
         f"AutoModel's {name} is read as transformers' {family} configuration; the model runs "
         f"as transformers implements {family}, without AutoModel's own kernels"
     )
+    return [], [FieldError(loc, msg)]
+
+
+def _base_model_load(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldError]]:
+    """AutoModel's `from_config(AutoConfig.from_pretrained(path, ...), load_base_model=True)`
+    fine-tunes the checkpoint at `path`: here that is `from_pretrained(path)` (the config's
+    keywords become its overrides, `_own_config`), never a new initialisation. Without a
+    path to read the weights from it is refused."""
+    model = data.get("model")
+    if not isinstance(model, dict) or "load_base_model" not in model:
+        return [], []
+    wanted, loc = model.get("load_base_model"), "model.load_base_model"
+    loader, config = model.get("_target_"), model.get("config")
+    from_config = isinstance(loader, str) and loader.endswith(".from_config")
+    if not from_config or wanted is not True:
+        model.pop("load_base_model")
+        why = "from_config starts from a new initialisation" if from_config else BASE_WEIGHTS
+        return [], [FieldError(loc, f"accepted and ignored: {why}")]
+    reads = isinstance(config, dict) and config.get("_target_") in AUTO_CONFIGS
+    path = config.get(PRETRAINED) if reads else None
+    if not isinstance(path, str):
+        msg = "loads the base weights in AutoModel, but this from_config reads no checkpoint"
+        fix = "use from_pretrained with pretrained_model_name_or_path, or set this false"
+        return [FieldError(loc, msg, fix)], []
+    model.pop("load_base_model")
+    model["_target_"] = loader.removesuffix(".from_config") + ".from_pretrained"
+    model.setdefault(PRETRAINED, path)
+    msg = f"from_config with the base weights is from_pretrained of {shown(path)} here"
     return [], [FieldError(loc, msg)]
 
 
@@ -353,9 +384,11 @@ def _tokenizer_remote_code(data: dict[str, Any]) -> list[FieldError]:
 def fold_automodel_blocks(data: dict[str, Any]) -> tuple[list[FieldError], list[FieldError]]:
     """Fold the blocks above in place: (errors, warnings)."""
     am_errors, am_warnings = _automodel_config_class(data)
-    errors = _distributed_config(data) + _mp_policy(data) + am_errors
+    base_errors, base_warnings = _base_model_load(data)
+    errors = _distributed_config(data) + _mp_policy(data) + am_errors + base_errors
     errors += _config_class(data) + _own_config(data)
     errors += _dataset_tokenizer(data) + _tokenizer_remote_code(data)
     gpt2_errors, gpt2_warnings = _gpt2_builder(data)
-    warnings = am_warnings + gpt2_warnings + _checkpoint_format(data) + _ignored_blocks(data)
+    warnings = am_warnings + base_warnings + gpt2_warnings + _checkpoint_format(data)
+    warnings += _ignored_blocks(data)
     return errors + gpt2_errors, warnings

@@ -35,6 +35,7 @@ SIDE_SECTIONS: dict[str, str] = {
     "nemo_run": LAUNCHER,
 }
 
+BASE_WEIGHTS = "tuneyard always loads the base weights of a from_pretrained model"
 # Keys AutoModel's loaders and sections take that do not change what tuneyard trains, by
 # section, with why each is ignored.
 IGNORED_KEYS: dict[str, dict[str, str]] = {
@@ -42,7 +43,7 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
         "backend": "AutoModel's kernel backend choice (TE, DeepEP, ...); tuneyard picks its own "
         "layers",
         "output_hidden_states": "the loss reads logits only",
-        "load_base_model": "tuneyard always loads the base weights of a from_pretrained model",
+        # `load_base_model` is the loader's choice of weights (`automodel.blocks`)
         "router_aux_loss_coef": "tuneyard's trainer adds no router auxiliary loss",
     },
     "step_scheduler": {
@@ -51,7 +52,7 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
     "checkpoint": {
         "dequantize_base_checkpoint": "tuneyard loads base weights in the model dtype as stored",
         "is_peft": "tuneyard knows from the peft section",
-        "load_base_model": "tuneyard always loads the base weights of a from_pretrained model",
+        "load_base_model": BASE_WEIGHTS,
     },
     "loss_fn": {"fp32_upcast": "tuneyard's cross entropy always computes in fp32"},
     "dataloader": {"dataloader_type": "tuneyard builds one stateful loader for every recipe"},
@@ -74,6 +75,7 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
 _TEACHER_KERNELS = "the teacher runs forward only, with its own layers"
 IGNORED_KEYS["teacher_model"] = {  # a KD teacher loads like the student, without kernels
     **IGNORED_KEYS["model"],
+    "load_base_model": BASE_WEIGHTS,
     **{key: _TEACHER_KERNELS for key in ("use_liger_kernel", "use_sdpa_patching", "sdpa_method")},
 }
 

@@ -169,3 +169,33 @@ def test_automodel_config_classes_become_transformers_own_or_are_named() -> None
     [error] = fold_automodel_blocks(data)[0]
     assert error.loc == "model.config._target_"
     assert error.msg.startswith("k3 (K3Config) is not supported by tuneyard")
+
+
+def test_from_config_with_the_base_weights_is_from_pretrained_of_its_path() -> None:
+    """AutoModel's `from_config(AutoConfig.from_pretrained(path), load_base_model=True)`
+    fine-tunes the checkpoint at `path`; a new initialisation would train another model."""
+    from jobs.recipe.automodel.blocks import fold_automodel_blocks
+
+    loader = "nemo_automodel.NeMoAutoModelForCausalLM"
+    config = {"_target_": "transformers.AutoConfig.from_pretrained",
+              "pretrained_model_name_or_path": "org/model", "max_position_embeddings": 64}  # fmt: skip
+    data = {
+        "model": {"_target_": f"{loader}.from_config", "config": config, "load_base_model": True}
+    }
+    errors, warnings = fold_automodel_blocks(data)
+    assert not errors
+    assert data["model"] == {"_target_": f"{loader}.from_pretrained",
+                             "pretrained_model_name_or_path": "org/model",
+                             "max_position_embeddings": 64}  # fmt: skip
+    [warning] = [w for w in warnings if w.loc == "model.load_base_model"]
+    assert "from_pretrained of 'org/model'" in warning.msg
+    inline = {"_target_": f"{loader}.from_config", "config": {"model_type": "llama"},
+              "load_base_model": True}  # fmt: skip
+    [error] = fold_automodel_blocks({"model": inline})[0]
+    assert error.loc == "model.load_base_model" and "reads no checkpoint" in error.msg
+    for target, value, why in (("from_config", False, "new initialisation"),
+                               ("from_pretrained", True, "always loads the base weights")):  # fmt: skip
+        data = {"model": {"_target_": f"{loader}.{target}", "load_base_model": value}}
+        errors, warnings = fold_automodel_blocks(data)
+        assert not errors and "load_base_model" not in data["model"]
+        assert why in next(w.msg for w in warnings if w.loc == "model.load_base_model")
