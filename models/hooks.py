@@ -43,7 +43,6 @@ __all__ = [
     "model_flops_per_token",
     "native_entry",
     "parallel_plan",
-    "supports_expert_lora",
     "supports_tp",
     "to_hf_tensors",
     "tp_plan",
@@ -176,11 +175,6 @@ def lora_adapter_from_hf(model: nn.Module, state: dict[str, Any]) -> dict[str, A
     if convert is None:
         return state
     return convert(state, getattr(unwrap_model(model), "config", None))
-
-
-def supports_expert_lora(model: nn.Module) -> bool:
-    """Whether the family's adapter saves LoRA on grouped experts in peft's layout."""
-    return bool(getattr(_adapter(model), "supports_expert_lora", False))
 
 
 def from_hf_state_dict(model: nn.Module, hf_state: dict[str, Any]) -> dict[str, Any]:

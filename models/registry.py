@@ -35,6 +35,9 @@ class ModelCapabilities:
     supports_sequence_parallel: bool = False
     supports_fsdp: bool = True
     supports_lora: bool = True
+    # LoRA on the routed experts (`models.common.moe.lora`): grouped experts whose adapters
+    # the family's state-dict adapter saves per expert (`lora_to_hf`)
+    supports_expert_lora: bool = False
 
 
 HF_FALLBACK_CAPABILITIES = ModelCapabilities()
@@ -83,15 +86,24 @@ _MOE_EP = ModelCapabilities(supports_tp=False, supports_ep=True)
 # Qwen3-MoE's native attention also runs context parallel, with experts spread over the
 # dp x cp ranks (tests/integration/trainer/test_expert_parallel_layouts_run.py), and its
 # stages run pipeline parallel, experts spread within each stage
-# (tests/integration/trainer/test_moe_pipeline_runs.py).
+# (tests/integration/trainer/test_moe_pipeline_runs.py); LoRA adapts its routed experts
+# too, with or without EP (tests/integration/trainer/test_expert_lora_runs.py).
 _MOE_EP_CP = ModelCapabilities(
-    supports_tp=False, supports_ep=True, supports_cp=True, supports_pp=True
+    supports_tp=False,
+    supports_ep=True,
+    supports_cp=True,
+    supports_pp=True,
+    supports_expert_lora=True,
 )
-# DeepSeek-V3: latent-attention TP (+ sequence parallel), expert parallelism, LoRA, and
-# pipeline stages with the experts spread within each
+# DeepSeek-V3: latent-attention TP (+ sequence parallel), expert parallelism, LoRA (on the
+# routed experts too), and pipeline stages with the experts spread within each
 # (tests/integration/trainer/test_moe_pipeline_runs.py).
 _DEEPSEEK_V3 = ModelCapabilities(
-    supports_tp=True, supports_sequence_parallel=True, supports_ep=True, supports_pp=True
+    supports_tp=True,
+    supports_sequence_parallel=True,
+    supports_ep=True,
+    supports_pp=True,
+    supports_expert_lora=True,
 )
 
 _REGISTRY: dict[str, ArchEntry] = {}
@@ -148,7 +160,8 @@ for _entry in (
         TieSupport.UNTIED_ONLY,
         "qwen3_moe",
         notes="expert parallelism spreads the experts over groups of data-parallel x "
-        "context-parallel ranks (ep_size divides dp_size x cp_size, strategy fsdp2, no LoRA), "
+        "context-parallel ranks (ep_size divides dp_size x cp_size, strategy fsdp2; LoRA "
+        "adapters on the experts spread with them), "
         "within each stage under pipeline parallelism (no output_router_logits there); "
         "no tensor-parallel plan",
         config_model_types=("qwen3_moe",),

@@ -108,16 +108,16 @@ def apply_peft(model: nn.Module, peft: Peft | None) -> nn.Module:
         excluded += _output_layer_names(model)
     # Globs become one regex, as for target_modules: peft reads a list as name suffixes.
     excluded_ = lora_targets(excluded) if excluded else None
-    experts = _selected(model, patterns, excluded_, _is_experts) if patterns else []
+    experts = [m for _, m in _selected(model, patterns, excluded_, _is_experts)] if patterns else []
     if isinstance(targets_, str) and targets_ != "all-linear":
         # a glob selects linear layers (AutoModel's matcher), never norms or containers
-        targets_ = _selected(model, targets_, excluded_, _is_linear)
+        targets_ = [name for name, _ in _selected(model, targets_, excluded_, _is_linear)]
         if not targets_:
             raise data_error(
                 "peft.target_modules: matches no linear layer of the model; tuneyard's LoRA "
                 "adapts at least one (add e.g. '*.self_attn.q_proj')"
             )
-    expert_adapters = _adapt_experts(model, [m for _, m in experts], peft)
+    expert_adapters = _adapt_experts(model, experts, peft)
     try:
         config = LoraConfig(
             r=peft.dim,
@@ -163,40 +163,43 @@ def _v4_names_kept(model: nn.Module) -> Iterator[None]:
             config.model_type = own
 
 
-def _is_linear(module: nn.Module) -> bool:
+def _is_linear(name: str, module: nn.Module) -> bool:
     from transformers.pytorch_utils import Conv1D
 
     return isinstance(module, (nn.Linear, Conv1D))
 
 
-def _is_experts(module: nn.Module) -> bool:
-    return hasattr(module, "num_experts") and hasattr(module, "expert_tensor_names")
+def _is_experts(name: str, module: nn.Module) -> bool:
+    """A routed-experts module, native or a Hugging Face class's: `...mlp.experts`."""
+    return name.rsplit(".", 1)[-1] == "experts" and not _is_linear(name, module)
 
 
-def _selected(model: nn.Module, targets: Any, excluded: Any, kind: Any) -> list[Any]:
-    """Names (or (name, module) pairs for experts) of the modules of `kind` the patterns
-    select and the exclusions leave."""
-    found = [
+def _selected(
+    model: nn.Module, targets: Any, excluded: Any, kind: Any
+) -> list[tuple[str, nn.Module]]:
+    """The (name, module) pairs of `kind` the patterns select and the exclusions leave."""
+    return [
         (name, module)
         for name, module in model.named_modules()
         if name
-        and kind(module)
+        and kind(name, module)
         and selects(targets, name)
         and not (excluded and selects(excluded, name))
     ]
-    return found if kind is _is_experts else [name for name, _ in found]
 
 
 def _adapt_experts(model: nn.Module, experts: list[nn.Module], peft: Peft) -> list[nn.Parameter]:
-    """Expert adapters of rank dim (dim // experts per token with `moe_rank_scaling`)."""
+    """Expert adapters of rank dim (dim // experts per token with `moe_rank_scaling`), on
+    the grouped experts of a family whose row says it saves them (`supports_expert_lora`)."""
     from models.common.moe.layers import GroupedExperts
     from models.common.moe.lora import add_expert_lora
-    from models.hooks import supports_expert_lora
+    from models.hooks import capabilities
 
     if not experts:
         return []
-    kind = type(experts[0]).__name__
-    if not isinstance(experts[0], GroupedExperts) or not supports_expert_lora(model):
+    supported = capabilities(model).supports_expert_lora
+    if not supported or not all(isinstance(m, GroupedExperts) for m in experts):
+        kind = type(experts[0]).__name__
         raise data_error(
             f"peft.target_modules: selects the routed experts ({kind}), which tuneyard's LoRA "
             "does not adapt for this model; target linear layers by name (e.g. ['*_proj'])"

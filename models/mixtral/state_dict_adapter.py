@@ -55,9 +55,6 @@ def _rename_moe_key(key: str, pattern: re.Pattern, block: str, projections: dict
 class MixtralStateDictAdapter(GroupedExpertsStateDictAdapter):
     """The grouped experts' conversions with Mixtral's `block_sparse_moe` / `w1,w2,w3` key names."""
 
-    # An expert adapter would need Mixtral's names too; LoRA leaves its experts frozen.
-    supports_expert_lora = False
-
     @classmethod
     def convert_single_tensor_to_hf(cls, fqn: str, tensor: torch.Tensor) -> list[tuple[str, Any]]:
         pairs = super().convert_single_tensor_to_hf(fqn, tensor)

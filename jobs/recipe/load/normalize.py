@@ -73,6 +73,7 @@ from jobs.recipe.sections.values import (
     check_optimizer,
     check_packing,
     check_peft,
+    has_experts,
     mock_vocab_errors,
 )
 from jobs.recipe.settings import RecipeSettings
@@ -393,7 +394,8 @@ def normalize_recipe(
         errors += tensor_parallel_config_errors(info.config, out["distributed"], out.get("model"))
         errors += fused_lora_errors(info.config, out["peft"])
         errors += lora_target_errors(info.config, out["peft"], out.get("model"))
-        errors += expert_target_errors(info.architecture, out["peft"])
+        experts = has_experts(info.config)
+        errors += expert_target_errors(experts, info.architecture, out["peft"])
         errors += expert_parallel_config_errors(info.config, out["distributed"], out.get("model"))
         errors += pipeline_config_errors(info.config, out["distributed"], info.architecture)
     errors += _batch_rules(out, setup) + _bounds(out, resources.accelerator)

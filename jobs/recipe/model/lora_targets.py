@@ -27,6 +27,7 @@ from typing import Any
 
 from jobs.recipe.errors import FieldError, shown
 from jobs.recipe.model.hybrid_modules import Module, hybrid_family, hybrid_modules
+from models.registry import capabilities_for, registered_architectures
 
 GLOB_CHARS = frozenset("*?[")
 
@@ -91,26 +92,35 @@ def lora_target_errors(
     return errors
 
 
-# Families whose grouped experts LoRA does not adapt: their adapter has no saved layout for
-# them here (gpt-oss's biased experts, Mixtral's w1/w2/w3 names); other native MoE families
-# adapt theirs when a target pattern names them (`models.common.moe.lora`).
-FROZEN_EXPERTS = ("GptOssForCausalLM", "MixtralForCausalLM")
+# The routed experts' module name in every MoE family's (native or Hugging Face) tree.
 _EXPERTS_MODULE = "model.layers.0.mlp.experts"
 
 
-def expert_target_errors(architecture: str | None, peft: dict[str, Any] | None) -> list[FieldError]:
-    """A target pattern that reaches the grouped experts of a family in `FROZEN_EXPERTS`."""
+def expert_target_errors(
+    experts: bool | None, architecture: str | None, peft: dict[str, Any] | None
+) -> list[FieldError]:
+    """A target pattern that reaches the routed experts of a model with experts (`experts`:
+    its config says so) whose family does not adapt them
+    (`ModelCapabilities.supports_expert_lora`): the trainer would refuse."""
     patterns = (peft or {}).get("target_modules")
-    if architecture not in FROZEN_EXPERTS or not patterns or (peft or {}).get("match_all_linear"):
+    if not patterns or (peft or {}).get("match_all_linear") or not experts:
+        return []
+    if capabilities_for(architecture).supports_expert_lora:
         return []
     if not selects(lora_targets(patterns) or [], _EXPERTS_MODULE):
         return []
     msg = (
-        f"{shown(patterns)} selects the routed experts (mlp.experts), whose adapters "
-        f"tuneyard cannot save for {architecture}"
+        f"{shown(patterns)} selects the routed experts (mlp.experts), which tuneyard's LoRA "
+        f"adapts only for {', '.join(expert_lora_architectures())}, not {architecture}"
     )
     fix = "target linear layers by name instead, e.g. ['*_proj'] (the experts stay frozen)"
     return [FieldError("peft.target_modules", msg, fix)]
+
+
+def expert_lora_architectures() -> list[str]:
+    return sorted(
+        e.architecture for e in registered_architectures() if e.capabilities.supports_expert_lora
+    )
 
 
 def _unmatched(patterns: list[str], modules: list[Module], architecture: str) -> list[FieldError]:

@@ -198,7 +198,7 @@ def check_dataset_values(section: dict[str, Any], loc: str) -> list[FieldError]:
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
 
-def _has_experts(config: dict[str, Any] | None) -> bool | None:
+def has_experts(config: dict[str, Any] | None) -> bool | None:
     """Whether the config has routed experts; None when it is not known (no config)."""
     if not isinstance(config, dict):
         return None
@@ -217,7 +217,7 @@ def check_moe_rank_scaling(
     if peft is None or not peft.get("moe_rank_scaling"):
         return [], []
     loc = "peft.moe_rank_scaling"
-    if _has_experts(config) is False:
+    if has_experts(config) is False:
         peft["moe_rank_scaling"] = False
         who = shown(architecture) if architecture else "the model"
         msg = f"accepted and ignored: {who} has no experts, so no LoRA rank is scaled"

@@ -38,8 +38,6 @@ class GroupedExpertsStateDictAdapter:
     # Per-expert targets are views into a grouped parameter: once it is a sharded DTensor
     # they are no longer its storage, so the shard-only load keeps the full-model path.
     supports_low_memory_dcp_load = False
-    # LoRA on the experts is saved per expert under these names (`lora_to_hf`).
-    supports_expert_lora = True
 
     @staticmethod
     def expert_count(config: Any) -> int:

@@ -145,3 +145,17 @@ def test_dora_on_experts_and_an_unsaveable_family_are_refused() -> None:
 def test_a_glob_with_no_linear_layer_is_a_data_error() -> None:
     with pytest.raises(TrainerError, match="matches no linear layer"):
         apply_peft(_tiny_moe(), _peft(target_modules=["*.mlp.experts"]))
+
+
+def test_experts_of_a_hugging_face_class_are_refused_not_left_frozen() -> None:
+    """Only the registry rows with `supports_expert_lora` adapt experts, and only their
+    native grouped experts: transformers' own Qwen3-MoE class has experts it cannot save."""
+    config = _tiny_moe().config
+    hf = transformers.Qwen3MoeForCausalLM(config)
+    with pytest.raises(TrainerError, match=r"selects the routed experts \(Qwen3MoeExperts\)"):
+        apply_peft(hf, _peft(target_modules=["*"]))
+
+
+def test_a_scaled_rank_below_one_is_a_data_error() -> None:
+    with pytest.raises(TrainerError, match="experts per token is 0"):
+        apply_peft(_tiny_moe(), _peft(target_modules=["*"], dim=1, moe_rank_scaling=True))

@@ -214,6 +214,26 @@ def test_qwen3_moe_expert_parallelism_takes_lora(validate, recipe, data_root):
         assert result.valid, [str(e) for e in result.errors]
 
 
+def test_star_on_experts_a_family_does_not_adapt_is_refused(validate, recipe, data_root):
+    """`target_modules: ['*']` reaches the routed experts; a family without expert LoRA
+    (here Qwen2-MoE, which runs through transformers) is refused at the field, naming the
+    families that have it. `*_proj`, or a model without experts, is not."""
+    qwen2_moe = {**MOE_CONFIG, "architectures": ["Qwen2MoeForCausalLM"],
+                 "model_type": "qwen2_moe", "num_experts": 4, "num_experts_per_tok": 2}  # fmt: skip
+    recipe["model"]["pretrained_model_name_or_path"] = str(
+        write_model_dir(data_root / "qwen2-moe", qwen2_moe)
+    )
+    recipe["peft"] = {"target_modules": ["*"], "dim": 8, "alpha": 16}
+    err = error_at(validate(recipe), "peft.target_modules")
+    assert "Qwen3MoeForCausalLM" in err.msg and "not Qwen2MoeForCausalLM" in err.msg
+    recipe["peft"]["target_modules"] = ["*_proj"]
+    assert validate(recipe).valid
+    recipe["model"]["pretrained_model_name_or_path"] = str(data_root / "dense")
+    write_model_dir(data_root / "dense", TINY_LLAMA_CONFIG)
+    recipe["peft"]["target_modules"] = ["*"]
+    assert validate(recipe).valid
+
+
 # --- config.json is read with the root and symlink checks, and capped (issue 11, item 6) ---
 
 STOLEN_CONFIG = {**TINY_LLAMA_CONFIG, "architectures": ["StolenForCausalLM"]}
