@@ -144,7 +144,6 @@ def find_job(session: SessionDep, principal: Principal, job_id: str) -> Job:
 )
 def create_job(
     body: JobCreate,
-    response: Response,
     principal: Submitter,
     session: SessionDep,
     settings: SettingsDep,
@@ -158,19 +157,20 @@ def create_job(
             description="Retry-safe submission: the same key and body return the same job.",
         ),
     ] = None,
-) -> JobPublic:
+) -> Response:
     """Validate everything, store the job, then queue it. Nothing is stored when invalid.
 
     A retry with a known Idempotency-Key and the same body answers the stored job (200)
     without validating again: a job accepted once stays accepted (its data may have moved).
+    The answer is the `JobPublic` built here, serialized once and sent as it is: FastAPI
+    would otherwise validate that model again, in another threadpool hop.
     """
     try:
         job, created = submit(session, principal, body, settings, capacity, idempotency_key)
     except store.IdempotencyConflict as exc:
         raise ApiError(409, "idempotency_conflict", str(exc), job_id=exc.job.id) from exc
-    if not created:
-        response.status_code = 200
-    return job_public(job, principal.project_name)
+    answer = job_public(job, principal.project_name).model_dump_json()
+    return Response(answer, 201 if created else 200, media_type="application/json")
 
 
 @router.post(

@@ -46,7 +46,7 @@ from jobs.recipe.model.hub import hub_model_config, tokenizer_revisions
 from jobs.recipe.model.lora_targets import expert_target_errors, lora_target_errors
 from jobs.recipe.model.overrides import check_overrides, config_with_overrides
 from jobs.recipe.paths.data import check_checkpoint_paths, check_data_paths
-from jobs.recipe.paths.roots import PathCheck
+from jobs.recipe.paths.roots import PathCheck, Roots
 from jobs.recipe.paths.scope import JobScope
 from jobs.recipe.plan.batches import resolve_batches
 from jobs.recipe.sections.benchmark import check_benchmark
@@ -208,7 +208,7 @@ def _absolutize(out: dict[str, Any], checks: dict[str, PathCheck]) -> None:
 def _model_info(
     model: Any,
     checks: dict[str, PathCheck],
-    roots: list[Path],
+    roots: Roots | list[Path],
     section: str = "model",
     fetch: bool = False,
 ) -> tuple[ModelInfo, list[FieldError]]:
@@ -264,7 +264,7 @@ def _override_errors(
 def _teacher_errors(
     out: dict[str, Any],
     checks: dict[str, PathCheck],
-    roots: list[Path],
+    roots: Roots | list[Path],
     student: ModelInfo,
     fetch: bool,
 ) -> list[FieldError]:
@@ -379,7 +379,8 @@ def normalize_recipe(
     _absolutize(out, checks)
     errors += errs + path_errors
     errors += check_checkpoint_paths(out["checkpoint"], out["restore_from"], settings, scope)
-    roots, fetch = settings.allowed_data_roots(), settings.hub_fetch and not settings.hub_offline
+    roots = Roots.of(settings.allowed_data_roots())  # resolved once for every file read
+    fetch = settings.hub_fetch and not settings.hub_offline
     info, errs = _model_info(out.get("model"), checks, roots, fetch=fetch)
     out["hub_revisions"] = dict(info.revisions)
     errors += errs + _teacher_errors(out, checks, roots, info, fetch)

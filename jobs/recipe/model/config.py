@@ -22,7 +22,7 @@ from typing import Any
 
 from jobs.recipe.errors import QUOTE_MAX, FieldError, clip, shown
 from jobs.recipe.model.native_fallbacks import NATIVE_ONLY_TP, hf_fallback_reason
-from jobs.recipe.paths.roots import read_bounded
+from jobs.recipe.paths.roots import Roots, read_bounded
 from jobs.recipe.plan.flops import param_count
 from jobs.recipe.targets.loader_kwargs import weight_format_errors
 from jobs.recipe.topology.trainer_support import lora_tensor_parallel_errors
@@ -154,7 +154,7 @@ def hub_cache_config(name: str) -> Path | None:
 
 
 def read_config_file(
-    path: Path, loc: str, roots: list[Path]
+    path: Path, loc: str, roots: Roots | list[Path]
 ) -> tuple[dict[str, Any] | None, list[FieldError]]:
     """A local model dir's (or a config file's) config.json as a dict.
 

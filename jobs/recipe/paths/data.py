@@ -6,6 +6,7 @@ names, not paths.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,9 +16,11 @@ from jobs.recipe.model.hub import offline_errors
 from jobs.recipe.paths.forms import check_file_set
 from jobs.recipe.paths.roots import (
     PathCheck,
+    Roots,
     check_checkpoint_path,
     check_data_path,
     is_hub_name,
+    lexical_path,
 )
 from jobs.recipe.paths.scope import (
     JobScope,
@@ -27,6 +30,7 @@ from jobs.recipe.paths.scope import (
     owner_errors,
     resolve_restore_job,
     run_relative,
+    runs_roots,
 )
 from jobs.recipe.paths.stored import is_store_url, stored_checkpoint_errors
 from jobs.recipe.settings import RecipeSettings
@@ -53,31 +57,41 @@ def check_data_paths(
     """Model, tokenizer and dataset paths inside the data roots (or hub names, cached when
     the server is offline); with a scope, none inside another project's run directory or
     its part of a checkpoint root (decided first: a refusal tells nothing of what exists)."""
-    roots, runs = settings.allowed_data_roots(), settings.resolved_runs_dir
-    checkpoint_roots = settings.allowed_checkpoint_roots()
+    roots, runs = Roots.of(settings.allowed_data_roots()), runs_roots(settings.resolved_runs_dir)
+    checkpoint_roots = Roots.of(settings.allowed_checkpoint_roots())
     checks: dict[str, PathCheck] = {}
     errors: list[FieldError] = []
     hub: dict[str, Any] = {}
     for loc, value, form in _data_path_values(recipe):
+        # A plain local path is resolved once, for the project check and the roots check.
+        real = _resolved(value) if scope is not None and not form else None
         foreign = [
             error
             for text in _texts(value)
             if not is_hub_name(text)
-            for error in foreign_project_errors(text, loc, checkpoint_roots, runs, scope)
+            for error in foreign_project_errors(text, loc, checkpoint_roots, runs, scope, real)
         ]
         if foreign:
             check = PathCheck("invalid", None, foreign[:1])
         elif form:
             check = check_file_set(value, loc, roots, form)
         else:
-            check = check_data_path(value, loc, roots)
+            check = check_data_path(value, loc, roots, real)
         checks[loc] = check
         errors += check.errors
         if check.path is not None:
-            errors += confinement_errors(check.path, loc, runs, scope)
+            errors += confinement_errors(check.path, loc, runs, scope, check.real)
         if check.kind == "hub":
             hub[loc] = value
     return checks, errors + offline_errors(hub, settings.hub_offline)
+
+
+def _resolved(value: Any) -> str | None:
+    """A plain path's resolved form, or None for what is not one (a hub name is looked up
+    by name, never resolved)."""
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        return None
+    return None if is_hub_name(value) else os.path.realpath(lexical_path(value))
 
 
 def _data_path_values(recipe: dict[str, Any]) -> list[tuple[str, Any, str]]:

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from jobs.recipe.errors import QUOTE_MAX, FieldError, clip, shown
-from jobs.recipe.paths.roots import PathCheck, check_data_path, check_path
+from jobs.recipe.paths.roots import PathCheck, Roots, check_data_path, check_path
 
 PREFIX, GLOB = "megatron_prefix", "glob"
 MEGATRON_SUFFIXES = (".bin", ".idx")
@@ -28,14 +28,14 @@ def _invalid(loc: str, msg: str, fix: str) -> PathCheck:
     return PathCheck("invalid", errors=[FieldError(loc, msg, fix)])
 
 
-def _each_inside(files: list[str], loc: str, roots: list[Path]) -> list[FieldError]:
+def _each_inside(files: list[str], loc: str, roots: Roots | list[Path]) -> list[FieldError]:
     errors = []
     for file in files:
         errors += check_data_path(file, loc, roots).errors
     return errors[:1]
 
 
-def _check_prefix(value: str, loc: str, roots: list[Path]) -> PathCheck:
+def _check_prefix(value: str, loc: str, roots: Roots | list[Path]) -> PathCheck:
     inside = check_path(value, loc, roots, must_exist=False, allow_hub=False)
     if inside.errors:
         return inside
@@ -51,7 +51,7 @@ def _check_prefix(value: str, loc: str, roots: list[Path]) -> PathCheck:
     return PathCheck("local", path=Path(os.path.normpath(os.path.abspath(value))))
 
 
-def _check_glob(value: str, loc: str, roots: list[Path], prefixes: bool) -> PathCheck:
+def _check_glob(value: str, loc: str, roots: Roots | list[Path], prefixes: bool) -> PathCheck:
     if ".." in Path(value).parts:
         return _invalid(
             loc,
@@ -78,8 +78,10 @@ def _check_glob(value: str, loc: str, roots: list[Path], prefixes: bool) -> Path
     return PathCheck("local", path=Path(os.path.normpath(os.path.abspath(value))))
 
 
-def check_file_set(value: object, loc: str, roots: list[Path], form: str) -> PathCheck:
-    """A prefix or glob keyword's value: a PathCheck like `check_data_path`'s."""
+def check_file_set(value: object, loc: str, roots: Roots | list[Path], form: str) -> PathCheck:
+    """A prefix or glob keyword's value: a PathCheck like `check_data_path`'s. The roots are
+    resolved once for every file a pattern names."""
+    roots = Roots.of(roots)
     if not isinstance(value, str) or not value or os.path.lexists(value):
         return check_data_path(value, loc, roots)
     if GLOB_CHARS & set(value):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +32,25 @@ class PathCheck:
     kind: str  # "local", "hub" or "invalid"
     path: Path | None = None
     errors: list[FieldError] = field(default_factory=list)
+    real: str | None = None  # `path` with its links resolved (local only)
+
+
+@dataclass(frozen=True)
+class Roots:
+    """Allowed roots as absolute, normalized text: as written (`~` expanded, links kept) and
+    with their links resolved. A validation resolves each root once (`Roots.of`) and checks
+    every path it meets against that; the next validation resolves them again, so a root
+    an operator re-points is followed from the next submit on."""
+
+    lexical: tuple[str, ...]
+    real: tuple[str, ...]
+
+    @classmethod
+    def of(cls, roots: Roots | Iterable[Path | str]) -> Roots:
+        if isinstance(roots, Roots):
+            return roots
+        lexical = tuple(lexical_path(root) for root in roots)
+        return cls(lexical, tuple(os.path.realpath(root) for root in lexical))
 
 
 def is_hub_name(value: str) -> bool:
@@ -45,17 +65,17 @@ def names_hub_repo(value: str, base: Path | None = None) -> bool:
     return is_hub_name(value) and not os.path.lexists(os.path.join(base or os.getcwd(), value))
 
 
-def _inside(path: str, roots: list[str]) -> bool:
+def _inside(path: str, roots: Iterable[str]) -> bool:
     """`path` is one of `roots` or lies under one (absolute, normalized paths as text)."""
     return any(path == root or root == "/" or path.startswith(root + "/") for root in roots)
 
 
-def _lexical(path: Path | str) -> str:
+def lexical_path(path: Path | str) -> str:
     """Absolute and normalized, `~` expanded, symlinks not followed (as text)."""
     return os.path.normpath(os.path.abspath(os.path.expanduser(os.fspath(path))))
 
 
-def _roots_text(roots: list[str]) -> str:
+def _roots_text(roots: Iterable[str]) -> str:
     return os.pathsep.join(roots)
 
 
@@ -66,13 +86,16 @@ def _invalid(loc: str, msg: str, fix: str) -> PathCheck:
 def check_path(
     value: object,
     loc: str,
-    roots: list[Path],
+    roots: Roots | list[Path],
     *,
     must_exist: bool = True,
     allow_hub: bool = True,
     env_var: str = "TUNEYARD_DATA_ROOTS",
+    real: str | None = None,
 ) -> PathCheck:
-    """Check one path-valued recipe field against the allowed roots."""
+    """Check one path-valued recipe field against the allowed roots. `real`: the value's
+    resolved path when the caller has resolved it already (for the other checks of the
+    same value), so that every check judges the same resolution."""
     if not isinstance(value, str) or not value.strip():
         return _invalid(
             loc, "must be a non-empty path string", "give a path inside the allowed roots"
@@ -81,16 +104,17 @@ def check_path(
         return _invalid(loc, "contains a NUL character", "give a path inside the allowed roots")
     if allow_hub and names_hub_repo(value):
         return PathCheck("hub")
-    lexical, lexical_roots = _lexical(value), [_lexical(r) for r in roots]
-    fix = f"use a path inside {_roots_text(lexical_roots)} or add its root to {env_var}"
-    if not _inside(lexical, lexical_roots):
+    lexical, allowed = lexical_path(value), Roots.of(roots)
+    fix = f"use a path inside {_roots_text(allowed.lexical)} or add its root to {env_var}"
+    if not _inside(lexical, allowed.lexical):
         why = (
             "escapes the allowed roots with '..'"
             if ".." in os.path.expanduser(value).split("/")
             else "is outside the allowed roots"
         )
         return _invalid(loc, f"{shown(value)} {why}", fix)
-    if not _inside(os.path.realpath(lexical), [os.path.realpath(r) for r in lexical_roots]):
+    real = real if real is not None else os.path.realpath(lexical)
+    if not _inside(real, allowed.real):
         return _invalid(
             loc, f"{shown(value)} is a symlink that leads outside the allowed roots", fix
         )
@@ -99,16 +123,18 @@ def check_path(
         return _invalid(
             loc, f"{shown(value)} does not exist", f"give an existing file or directory{hint}"
         )
-    return PathCheck("local", path=Path(lexical))
+    return PathCheck("local", path=Path(lexical), real=real)
 
 
-def check_data_path(value: object, loc: str, roots: list[Path]) -> PathCheck:
+def check_data_path(
+    value: object, loc: str, roots: Roots | list[Path], real: str | None = None
+) -> PathCheck:
     """Model, tokenizer and dataset paths: local inside the data roots, or a hub name."""
-    return check_path(value, loc, roots, must_exist=True, allow_hub=True)
+    return check_path(value, loc, roots, must_exist=True, allow_hub=True, real=real)
 
 
 def check_checkpoint_path(
-    value: object, loc: str, roots: list[Path], *, must_exist: bool
+    value: object, loc: str, roots: Roots | list[Path], *, must_exist: bool
 ) -> PathCheck:
     """Checkpoint dirs: always local, inside the checkpoint roots."""
     return check_path(
@@ -167,16 +193,15 @@ def _read_regular(real: str, named: Path, cap: int) -> tuple[bytes | None, str]:
 
 
 def read_bounded(
-    file: Path, loc: str, roots: list[Path], cap: int
+    file: Path, loc: str, roots: Roots | list[Path], cap: int
 ) -> tuple[bytes | None, list[FieldError]]:
     """A file a recipe points at: its real path must stay inside `roots` (a symlink within
     them is fine, e.g. hub-cache snapshots into `blobs/`), and it must be a regular file of
     at most `cap` bytes; no more than cap + 1 bytes are ever read."""
-    real = os.path.realpath(_lexical(file))
-    real_roots = [os.path.realpath(_lexical(r)) for r in roots]
-    if not _inside(real, real_roots):
+    real, allowed = os.path.realpath(lexical_path(file)), Roots.of(roots)
+    if not _inside(real, allowed.real):
         msg = f"{shown(str(file))} is a symlink that leads outside the allowed roots"
-        return None, [FieldError(loc, msg, f"keep the file inside {_roots_text(real_roots)}")]
+        return None, [FieldError(loc, msg, f"keep the file inside {_roots_text(allowed.real)}")]
     data, why = _read_regular(real, file, cap)
     if data is None:
         return None, [FieldError(loc, why, f"give a regular file of at most {cap} bytes")]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.recipe.errors import FieldError, shown
-from jobs.recipe.paths.roots import read_bounded
+from jobs.recipe.paths.roots import Roots, read_bounded
 
 CHECKPOINTS_DIR = "checkpoints"  # <run dir>/checkpoints unless checkpoint.checkpoint_dir moves it
 LATEST_FILE = "LATEST"  # one line: the name of the newest complete step directory
@@ -89,22 +89,27 @@ def _first_below(path: str, top: str) -> str | None:
     return path[len(prefix) :].split("/", 1)[0] if path.startswith(prefix) else None
 
 
+def runs_roots(runs_dir: Path | Roots) -> Roots:
+    """The runs directory as one resolved root (a caller checking several paths resolves
+    it once and passes the `Roots`)."""
+    return runs_dir if isinstance(runs_dir, Roots) else Roots.of([runs_dir])
+
+
 def confinement_errors(
-    path: Path, loc: str, runs_dir: Path, scope: JobScope | None
+    path: Path, loc: str, runs_dir: Path | Roots, scope: JobScope | None, real: str | None = None
 ) -> list[FieldError]:
     """With a scope, a path in the runs dir (as written or after symlinks) must lie in the
-    run of one of the project's jobs."""
+    run of one of the project's jobs. `real`: the path resolved, when the caller has it."""
     if scope is None:
         return []
-    lexical_runs = os.path.normpath(os.path.abspath(os.path.expanduser(runs_dir)))
-    text = os.fspath(path)
+    runs, text = runs_roots(runs_dir), os.fspath(path)
     pairs = (
-        (os.path.normpath(text), lexical_runs),
-        (os.path.realpath(text), os.path.realpath(lexical_runs)),
+        (os.path.normpath(text), runs.lexical[0]),
+        (real if real is not None else os.path.realpath(text), runs.real[0]),
     )
     fix = f"use the run directory of a job of project {scope.project}, or the checkpoint roots"
-    for candidate, runs in pairs:
-        run = _first_below(candidate, runs)
+    for candidate, top in pairs:
+        run = _first_below(candidate, top)
         if run == "":
             return [
                 FieldError(loc, f"{shown(str(path))} is the runs directory of every project", fix)
@@ -124,7 +129,7 @@ def _lexical(path: Path | str) -> str:
     return os.path.normpath(os.path.abspath(os.path.expanduser(os.fspath(path))))
 
 
-def _innermost(path: str, roots: list[str], runs: str) -> str | None:
+def _innermost(path: str, roots: tuple[str, ...], runs: str) -> str | None:
     """The innermost of the checkpoint roots and the runs dir that holds `path`."""
     holding = [top for top in (*roots, runs) if _first_below(path, top) is not None]
     return max(holding, key=len) if holding else None
@@ -138,7 +143,7 @@ def _project_below(path: str, top: str) -> str | None:
     return _first_below(path, os.path.join(top, PROJECTS_DIR))
 
 
-def _owns(path: str, roots: list[str], runs: str, scope: JobScope) -> bool | None:
+def _owns(path: str, roots: tuple[str, ...], runs: str, scope: JobScope) -> bool | None:
     """Whether `path` is the project's own: in the run of one of its jobs, or in its part of
     the innermost checkpoint root holding it (so a root nested in another gives nothing
     away). None: no root holds it."""
@@ -152,7 +157,7 @@ def _owns(path: str, roots: list[str], runs: str, scope: JobScope) -> bool | Non
     return bool(project) and project == scope.project_dir
 
 
-def _foreign(path: str, roots: list[str], runs: str, scope: JobScope) -> bool:
+def _foreign(path: str, roots: tuple[str, ...], runs: str, scope: JobScope) -> bool:
     """Whether `path` lies in another project's part of a checkpoint root (the runs dir has
     its own rule, `confinement_errors`)."""
     top = _innermost(path, roots, runs)
@@ -162,10 +167,11 @@ def _foreign(path: str, roots: list[str], runs: str, scope: JobScope) -> bool:
     return project is not None and project != scope.project_dir
 
 
-def own_places_fix(roots: list[Path], runs_dir: Path, scope: JobScope) -> str:
+def own_places_fix(roots: Roots | list[Path], runs_dir: Path | Roots, scope: JobScope) -> str:
     """Where a job of the project may keep and restore checkpoints, as a fix."""
-    runs = _lexical(runs_dir)
-    tops = [_lexical(r) for r in roots if _lexical(r) != runs] if scope.project_dir else []
+    runs = runs_roots(runs_dir).lexical[0]
+    lexical = Roots.of(roots).lexical
+    tops = [top for top in lexical if top != runs] if scope.project_dir else []
     under = "".join(
         f" or under {top}/{PROJECTS_DIR}/{scope.project_dir}/" for top in dict.fromkeys(tops)
     )
@@ -177,7 +183,11 @@ def own_places_fix(roots: list[Path], runs_dir: Path, scope: JobScope) -> str:
 
 
 def owner_errors(
-    value: object, loc: str, roots: list[Path], runs_dir: Path, scope: JobScope | None
+    value: object,
+    loc: str,
+    roots: Roots | list[Path],
+    runs_dir: Path | Roots,
+    scope: JobScope | None,
 ) -> list[FieldError]:
     """With a scope, a checkpoint path inside the roots must be the project's own, as written
     and after symlinks. A path whose text names another project's part is refused before
@@ -186,30 +196,35 @@ def owner_errors(
     Paths outside the roots are left to the roots check."""
     if scope is None or not isinstance(value, str) or not value.strip() or "\x00" in value:
         return []
-    tops, runs, path = [_lexical(r) for r in roots], _lexical(runs_dir), _lexical(value)
-    owned = _owns(path, tops, runs, scope)
+    tops, runs, path = Roots.of(roots), runs_roots(runs_dir), _lexical(value)
+    owned = _owns(path, tops.lexical, runs.lexical[0], scope)
     if owned:
-        real_tops = [os.path.realpath(top) for top in tops]
-        owned = _owns(os.path.realpath(path), real_tops, os.path.realpath(runs), scope)
+        owned = _owns(os.path.realpath(path), tops.real, runs.real[0], scope)
     if owned is not False:
         return []
     msg = f"{shown(value)} is outside project {scope.project}'s checkpoint directories"
-    return [FieldError(loc, msg, own_places_fix(roots, runs_dir, scope))]
+    return [FieldError(loc, msg, own_places_fix(tops, runs, scope))]
 
 
 def foreign_project_errors(
-    value: object, loc: str, roots: list[Path], runs_dir: Path, scope: JobScope | None
+    value: object,
+    loc: str,
+    roots: Roots | list[Path],
+    runs_dir: Path | Roots,
+    scope: JobScope | None,
+    real: str | None = None,
 ) -> list[FieldError]:
     """With a scope, a path a job reads may not lie in another project's part of a
     checkpoint root, as written or after symlinks; refused with one answer whether or not
-    it exists, before anything in it is looked at."""
+    it exists, before anything in it is looked at. `real`: the value resolved, when the
+    caller has it."""
     if scope is None or not isinstance(value, str) or not value.strip() or "\x00" in value:
         return []
-    tops, runs, path = [_lexical(r) for r in roots], _lexical(runs_dir), _lexical(value)
-    foreign = _foreign(path, tops, runs, scope)
+    tops, runs, path = Roots.of(roots), runs_roots(runs_dir), _lexical(value)
+    foreign = _foreign(path, tops.lexical, runs.lexical[0], scope)
     if not foreign:
-        real_tops = [os.path.realpath(top) for top in tops]
-        foreign = _foreign(os.path.realpath(path), real_tops, os.path.realpath(runs), scope)
+        real = real if real is not None else os.path.realpath(path)
+        foreign = _foreign(real, tops.real, runs.real[0], scope)
     if not foreign:
         return []
     msg = f"{shown(value)} is in another project's checkpoint directory"

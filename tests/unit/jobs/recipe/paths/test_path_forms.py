@@ -74,3 +74,22 @@ def test_a_glob_naming_too_many_files_is_refused(roots, monkeypatch):
     monkeypatch.setattr(path_forms, "MAX_MATCHES", 2)
     msg = _err(check_file_set(str(roots[0] / "corpus" / "*"), "l", roots, GLOB))
     assert "more than 2 files" in msg
+
+
+def test_a_glob_resolves_the_roots_once_not_once_per_file(tmp_path, monkeypatch):
+    """A pattern over many shards checks each file against roots resolved once: 40 files and
+    3 roots cost 3 + 41 resolutions (the roots, the pattern's directory, each file), where
+    resolving the roots per file cost 4 for every file."""
+    import os.path
+
+    roots = [tmp_path / name for name in ("a", "b", "data")]
+    for root in roots:
+        root.mkdir()
+    for index in range(40):
+        (roots[2] / f"shard_{index:02d}.parquet").write_bytes(b"x")
+    real = os.path.realpath
+    calls = []
+    monkeypatch.setattr(os.path, "realpath", lambda p, **kw: calls.append(p) or real(p, **kw))
+    check = check_file_set(str(roots[2] / "shard_*.parquet"), "dataset.data_files", roots, GLOB)
+    assert check.kind == "local", check.errors
+    assert len(calls) == 3 + 1 + 40

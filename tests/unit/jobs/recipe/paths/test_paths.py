@@ -336,3 +336,24 @@ def test_read_bounded_reports_a_missing_file_at_its_field(root):
 
     data, errors = read_bounded(root / "absent.json", "model.config", [root], 100)
     assert data is None and errors[0].loc == "model.config" and "cannot read" in errors[0].msg
+
+
+def test_a_root_repointed_between_two_validations_is_followed(settings, recipe, tmp_path):
+    """Each validation resolves the roots afresh: once the operator points the root link at
+    another directory, a link in it that leads back into the old one is outside."""
+    from cli.demo_assets import write_squad_dir
+    from jobs.recipe.validation import validate_job
+
+    old, new, root = tmp_path / "old", tmp_path / "new", tmp_path / "root"
+    write_squad_dir(old / "squad", n=8)
+    new.mkdir()
+    for place in (old, new):
+        (place / "set").symlink_to(old / "squad")
+    root.symlink_to(old)
+    settings = settings.model_copy(update={"data_roots": f"{root}:{settings.data_roots}"})
+    recipe["dataset"]["path_or_dataset"] = str(root / "set")
+    assert validate_job(recipe, settings=settings).valid
+    root.unlink()
+    root.symlink_to(new)
+    result = validate_job(recipe, settings=settings)
+    assert "leads outside" in error_at(result, "dataset.path_or_dataset").msg
