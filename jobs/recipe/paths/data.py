@@ -6,7 +6,6 @@ names, not paths.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +19,6 @@ from jobs.recipe.paths.roots import (
     check_checkpoint_path,
     check_data_path,
     is_hub_name,
-    lexical_path,
 )
 from jobs.recipe.paths.scope import (
     JobScope,
@@ -63,20 +61,18 @@ def check_data_paths(
     errors: list[FieldError] = []
     hub: dict[str, Any] = {}
     for loc, value, form in _data_path_values(recipe):
-        # A plain local path is resolved once, for the project check and the roots check.
-        real = _resolved(value) if scope is not None and not form else None
         foreign = [
             error
             for text in _texts(value)
             if not is_hub_name(text)
-            for error in foreign_project_errors(text, loc, checkpoint_roots, runs, scope, real)
+            for error in foreign_project_errors(text, loc, checkpoint_roots, runs, scope)
         ]
         if foreign:
             check = PathCheck("invalid", None, foreign[:1])
         elif form:
             check = check_file_set(value, loc, roots, form)
         else:
-            check = check_data_path(value, loc, roots, real)
+            check = check_data_path(value, loc, roots)
         checks[loc] = check
         errors += check.errors
         if check.path is not None:
@@ -84,14 +80,6 @@ def check_data_paths(
         if check.kind == "hub":
             hub[loc] = value
     return checks, errors + offline_errors(hub, settings.hub_offline)
-
-
-def _resolved(value: Any) -> str | None:
-    """A plain path's resolved form, or None for what is not one (a hub name is looked up
-    by name, never resolved)."""
-    if not isinstance(value, str) or not value.strip() or "\x00" in value:
-        return None
-    return None if is_hub_name(value) else os.path.realpath(lexical_path(value))
 
 
 def _data_path_values(recipe: dict[str, Any]) -> list[tuple[str, Any, str]]:
@@ -172,7 +160,7 @@ def _checkpoint_path(
 ) -> tuple[str | None, list[FieldError]]:
     """One checkpoint path inside the checkpoint roots and, with a scope, in the project's
     own part of them: that is decided first, so whether the path exists tells nothing."""
-    roots = settings.allowed_checkpoint_roots()
+    roots = Roots.of(settings.allowed_checkpoint_roots())  # for both checks below
     errors = owner_errors(value, loc, roots, settings.resolved_runs_dir, scope)
     if errors:
         return None, errors
@@ -218,7 +206,7 @@ def _resolve_job_restore(
     restore: dict[str, Any], settings: RecipeSettings, scope: JobScope | None
 ) -> list[FieldError]:
     """`{job, step}` -> `{path}` in place, once the job's checkpoint passes every path check."""
-    roots, runs = settings.allowed_checkpoint_roots(), settings.resolved_runs_dir
+    roots, runs = Roots.of(settings.allowed_checkpoint_roots()), settings.resolved_runs_dir
     found, errors = resolve_restore_job(restore["job"], restore["step"], runs, roots, scope)
     if found is None:
         return errors

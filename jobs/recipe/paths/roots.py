@@ -91,11 +91,9 @@ def check_path(
     must_exist: bool = True,
     allow_hub: bool = True,
     env_var: str = "TUNEYARD_DATA_ROOTS",
-    real: str | None = None,
 ) -> PathCheck:
-    """Check one path-valued recipe field against the allowed roots. `real`: the value's
-    resolved path when the caller has resolved it already (for the other checks of the
-    same value), so that every check judges the same resolution."""
+    """Check one path-valued recipe field against the allowed roots; a local answer carries
+    the path resolved (`PathCheck.real`) for the checks that follow."""
     if not isinstance(value, str) or not value.strip():
         return _invalid(
             loc, "must be a non-empty path string", "give a path inside the allowed roots"
@@ -113,7 +111,7 @@ def check_path(
             else "is outside the allowed roots"
         )
         return _invalid(loc, f"{shown(value)} {why}", fix)
-    real = real if real is not None else os.path.realpath(lexical)
+    real = os.path.realpath(lexical)
     if not _inside(real, allowed.real):
         return _invalid(
             loc, f"{shown(value)} is a symlink that leads outside the allowed roots", fix
@@ -126,11 +124,9 @@ def check_path(
     return PathCheck("local", path=Path(lexical), real=real)
 
 
-def check_data_path(
-    value: object, loc: str, roots: Roots | list[Path], real: str | None = None
-) -> PathCheck:
+def check_data_path(value: object, loc: str, roots: Roots | list[Path]) -> PathCheck:
     """Model, tokenizer and dataset paths: local inside the data roots, or a hub name."""
-    return check_path(value, loc, roots, must_exist=True, allow_hub=True, real=real)
+    return check_path(value, loc, roots, must_exist=True, allow_hub=True)
 
 
 def check_checkpoint_path(

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.recipe.errors import FieldError, shown
-from jobs.recipe.paths.roots import Roots, read_bounded
+from jobs.recipe.paths.roots import Roots, lexical_path, read_bounded
 
 CHECKPOINTS_DIR = "checkpoints"  # <run dir>/checkpoints unless checkpoint.checkpoint_dir moves it
 LATEST_FILE = "LATEST"  # one line: the name of the newest complete step directory
@@ -124,11 +124,6 @@ def confinement_errors(
     return []
 
 
-def _lexical(path: Path | str) -> str:
-    """Absolute and normalized, `~` expanded, symlinks not followed (as text)."""
-    return os.path.normpath(os.path.abspath(os.path.expanduser(os.fspath(path))))
-
-
 def _innermost(path: str, roots: tuple[str, ...], runs: str) -> str | None:
     """The innermost of the checkpoint roots and the runs dir that holds `path`."""
     holding = [top for top in (*roots, runs) if _first_below(path, top) is not None]
@@ -196,7 +191,7 @@ def owner_errors(
     Paths outside the roots are left to the roots check."""
     if scope is None or not isinstance(value, str) or not value.strip() or "\x00" in value:
         return []
-    tops, runs, path = Roots.of(roots), runs_roots(runs_dir), _lexical(value)
+    tops, runs, path = Roots.of(roots), runs_roots(runs_dir), lexical_path(value)
     owned = _owns(path, tops.lexical, runs.lexical[0], scope)
     if owned:
         owned = _owns(os.path.realpath(path), tops.real, runs.real[0], scope)
@@ -212,19 +207,16 @@ def foreign_project_errors(
     roots: Roots | list[Path],
     runs_dir: Path | Roots,
     scope: JobScope | None,
-    real: str | None = None,
 ) -> list[FieldError]:
     """With a scope, a path a job reads may not lie in another project's part of a
     checkpoint root, as written or after symlinks; refused with one answer whether or not
-    it exists, before anything in it is looked at. `real`: the value resolved, when the
-    caller has it."""
+    it exists, before anything in it is looked at."""
     if scope is None or not isinstance(value, str) or not value.strip() or "\x00" in value:
         return []
-    tops, runs, path = Roots.of(roots), runs_roots(runs_dir), _lexical(value)
+    tops, runs, path = Roots.of(roots), runs_roots(runs_dir), lexical_path(value)
     foreign = _foreign(path, tops.lexical, runs.lexical[0], scope)
     if not foreign:
-        real = real if real is not None else os.path.realpath(path)
-        foreign = _foreign(real, tops.real, runs.real[0], scope)
+        foreign = _foreign(os.path.realpath(path), tops.real, runs.real[0], scope)
     if not foreign:
         return []
     msg = f"{shown(value)} is in another project's checkpoint directory"
@@ -260,7 +252,9 @@ def _step_names(root: Path) -> list[str]:
     return sorted((n for n in found if STEP_DIR.match(n)), key=lambda n: int(n[5:]))
 
 
-def _latest(root: Path, job: str, roots: list[Path]) -> tuple[Path | None, list[FieldError]]:
+def _latest(
+    root: Path, job: str, roots: Roots | list[Path]
+) -> tuple[Path | None, list[FieldError]]:
     loc, pointer = "restore_from.job", root / LATEST_FILE
     if not os.path.lexists(pointer):
         fix = f"give restore_from.step, or wait until job {job} saves a checkpoint"
@@ -280,7 +274,7 @@ def _latest(root: Path, job: str, roots: list[Path]) -> tuple[Path | None, list[
 
 
 def resolve_restore_job(
-    job: str, step: int | None, runs_dir: Path, roots: list[Path], scope: JobScope | None
+    job: str, step: int | None, runs_dir: Path, roots: Roots | list[Path], scope: JobScope | None
 ) -> tuple[Path | None, list[FieldError]]:
     """`restore_from: {job, step}` -> that job's checkpoint directory (its LATEST without a
     step). The path still goes through the root and confinement checks after this."""

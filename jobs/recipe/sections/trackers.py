@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobs.recipe.errors import QUOTE_MAX, FieldError, clip, shown
 from jobs.recipe.load.schema_errors import field_errors
-from jobs.recipe.paths.roots import check_checkpoint_path
+from jobs.recipe.paths.roots import Roots, check_checkpoint_path
 from jobs.recipe.paths.scope import JobScope, owner_errors
 from jobs.recipe.settings import RecipeSettings
 
@@ -329,7 +329,8 @@ def _written_path(value: str, loc: str, rules: PathRules) -> tuple[str, list[Fie
                 FieldError(loc, f"{shown(value)} escapes the run directory with '..'", fix)
             ]
         return normal, []
-    roots, runs = rules.settings.allowed_checkpoint_roots(), rules.settings.resolved_runs_dir
+    roots = Roots.of(rules.settings.allowed_checkpoint_roots())  # for both checks below
+    runs = rules.settings.resolved_runs_dir
     errors = owner_errors(str(raw), loc, roots, runs, rules.scope)  # with a scope: its own
     if errors:
         return value, errors

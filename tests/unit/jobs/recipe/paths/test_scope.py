@@ -320,3 +320,18 @@ def test_a_model_in_another_projects_checkpoints_is_refused(
         shutil.copytree(model_dir, readable)
         result = check(readable)
         assert result.valid, result.errors
+
+
+def test_a_data_path_in_another_projects_part_is_refused_without_resolving_it(
+    scoped, recipe, ckpt_root, monkeypatch
+):
+    """Its text decides: nothing under another project's directory is looked at."""
+    import os.path
+
+    theirs = ckpt_root / "projects" / "beta" / "data"
+    theirs.mkdir(parents=True)
+    real, resolved = os.path.realpath, []
+    monkeypatch.setattr(os.path, "realpath", lambda p, **k: resolved.append(str(p)) or real(p, **k))
+    recipe["dataset"]["path_or_dataset"] = str(theirs)
+    assert "another project" in error_at(scoped(recipe), "dataset.path_or_dataset").msg
+    assert not [p for p in resolved if p.startswith(str(ckpt_root / "projects" / "beta"))]
