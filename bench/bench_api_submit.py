@@ -6,8 +6,10 @@ and event in one transaction, enqueue) and then `uvicorn api.main:app` (the full
 auth, validation, insert, commit, enqueue), and sends both the same requests. Prints median,
 p99 and throughput side by side, the ratio tuneyard / floor, and how many submits logged
 "broker refused". Run: `python bench/bench_api_submit.py [--requests 500]
-[--concurrency 50] [--runs 1] [--workers 1]`. Also provides the server fixture
-`bench_api_metrics.py` reuses.
+[--concurrency 50] [--runs 1] [--workers 1] [--variants]`. `--variants` also serves, in each
+run, tuneyard's app without validation and without validation or middleware
+(`bench_api_variants.py`), each with its ratio to the floor. Also provides the server
+fixture `bench_api_metrics.py` reuses.
 """
 
 from __future__ import annotations
@@ -148,6 +150,13 @@ def api_server(
             out.close()
 
 
+# `--variants`: tuneyard's app with parts taken out (`bench_api_variants.py`).
+VARIANTS = {
+    "without validation": "bench_api_variants:without_validation",
+    "without valid., mw": "bench_api_variants:without_validation_or_middleware",
+}
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
@@ -241,6 +250,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1, help="tuneyard api processes")
+    parser.add_argument(
+        "--variants",
+        action="store_true",
+        help="also serve tuneyard without validation, and without validation or middleware",
+    )
     args = parser.parse_args()
     import redis
 
@@ -248,12 +262,18 @@ def main() -> None:
         f"POST /v1/jobs on PostgreSQL, {args.concurrency} concurrent clients, "
         f"{args.requests} requests per run, {os.cpu_count()} CPUs"
     )
+    variants = VARIANTS if args.variants else {}
     refused_total, ratios, cpu_ratios = 0, [], []
+    variant_ratios: dict[str, list[float]] = {label: [] for label in variants}
     for run in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp, pg_database() as url:
             body = {"recipe": write_assets(Path(tmp))}
             floor = run_once(url, Path(tmp), "bench_api_floor:app", body, args)
             ours = run_once(url, Path(tmp), "api.main:app", body, args, args.workers)
+            others = {
+                label: run_once(url, Path(tmp), app, body, args, args.workers)
+                for label, app in variants.items()
+            }
             redis.Redis.from_url(REDIS_URL).flushdb()
         floor_line, floor_rate = summary("floor app (1 process)", floor[0], floor[1], args.requests)
         ours_line, ours_rate = summary(
@@ -268,12 +288,21 @@ def main() -> None:
             f"{ratios[-1]:.2f}x, CPU-bound rate (floor CPU / tuneyard CPU) "
             f"{cpu_ratios[-1]:.2f}x   'broker refused' at submit: {ours[2]}"
         )
+        for label, other in others.items():
+            line, rate = summary(label, other[0], other[1], args.requests)
+            variant_ratios[label].append(rate / floor_rate)
+            print(
+                f"{line}   server CPU {other[3]:.1f} ms/req   "
+                f"/floor: {variant_ratios[label][-1]:.2f}x"
+            )
     if args.runs > 1:
         print(
             f"{args.runs} runs: median throughput ratio {statistics.median(ratios):.2f}x, "
             f"median CPU ratio {statistics.median(cpu_ratios):.2f}x, "
             f"'broker refused' in all runs: {refused_total}"
         )
+        for label, values in variant_ratios.items():
+            print(f"  {label}: median throughput ratio {statistics.median(values):.2f}x")
 
 
 if __name__ == "__main__":
