@@ -375,11 +375,11 @@ def normalize_recipe(
         data.get("quantization"), out, resources.accelerator
     )
     errors, warnings = errors + quant_errors, warnings + notes
-    checks, path_errors = check_data_paths(out, settings, scope)
+    roots = Roots.of(settings.allowed_data_roots())  # resolved once: every path, every read
+    checks, path_errors = check_data_paths(out, settings, roots, scope)
     _absolutize(out, checks)
     errors += errs + path_errors
     errors += check_checkpoint_paths(out["checkpoint"], out["restore_from"], settings, scope)
-    roots = Roots.of(settings.allowed_data_roots())  # resolved once for every file read
     fetch = settings.hub_fetch and not settings.hub_offline
     info, errs = _model_info(out.get("model"), checks, roots, fetch=fetch)
     out["hub_revisions"] = dict(info.revisions)

@@ -50,12 +50,13 @@ DATASET_NAME_KEYS = {
 def check_data_paths(
     recipe: dict[str, Any],
     settings: RecipeSettings,
+    roots: Roots,
     scope: JobScope | None = None,
 ) -> tuple[dict[str, PathCheck], list[FieldError]]:
-    """Model, tokenizer and dataset paths inside the data roots (or hub names, cached when
+    """Model, tokenizer and dataset paths inside the data `roots` (or hub names, cached when
     the server is offline); with a scope, none inside another project's run directory or
     its part of a checkpoint root (decided first: a refusal tells nothing of what exists)."""
-    roots, runs = Roots.of(settings.allowed_data_roots()), runs_roots(settings.resolved_runs_dir)
+    runs = runs_roots(settings.resolved_runs_dir)
     checkpoint_roots = Roots.of(settings.allowed_checkpoint_roots())
     checks: dict[str, PathCheck] = {}
     errors: list[FieldError] = []

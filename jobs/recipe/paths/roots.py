@@ -38,9 +38,10 @@ class PathCheck:
 @dataclass(frozen=True)
 class Roots:
     """Allowed roots as absolute, normalized text: as written (`~` expanded, links kept) and
-    with their links resolved. A validation resolves each root once (`Roots.of`) and checks
-    every path it meets against that; the next validation resolves them again, so a root
-    an operator re-points is followed from the next submit on."""
+    with their links resolved. A caller resolves them once (`Roots.of`) and checks every path
+    it meets against that (a validation: the data roots once for all its reads); the next
+    validation resolves them again, so a root an operator re-points is followed from the
+    next submit on."""
 
     lexical: tuple[str, ...]
     real: tuple[str, ...]

@@ -357,3 +357,16 @@ def test_a_root_repointed_between_two_validations_is_followed(settings, recipe, 
     root.symlink_to(new)
     result = validate_job(recipe, settings=settings)
     assert "leads outside" in error_at(result, "dataset.path_or_dataset").msg
+
+
+def test_a_validation_resolves_the_data_roots_once(settings, recipe, data_root, monkeypatch):
+    """The model, dataset and config-file checks of one validation share one resolution of
+    the data roots (each check resolving them again cost a `stat` per component each)."""
+    import os.path
+
+    from jobs.recipe.validation import validate_job
+
+    real, resolved = os.path.realpath, []
+    monkeypatch.setattr(os.path, "realpath", lambda p, **k: resolved.append(str(p)) or real(p, **k))
+    assert validate_job(recipe, settings=settings).valid
+    assert resolved.count(str(data_root)) == 1
