@@ -148,12 +148,15 @@ def _rss_bytes() -> int:
 
 # The resident set the CPU peak is measured from: at import, then again when the run log
 # opens (`RunLog`: the trainer's modules imported, the process group up, nothing built), so
-# the growth is what the run itself holds, not the interpreter and its libraries.
-_baseline = {"rss": _rss_bytes()}
+# the growth is what the run itself holds, not the interpreter and its libraries. `peak` is
+# the highest growth read since: Linux's `VmHWM` is the larger of the high-water mark the
+# kernel last recorded and the current set, and the kernel records the mark on some paths
+# that release pages only, so a reading can fall below an earlier one by the pages released.
+_cpu_memory = {"baseline": _rss_bytes(), "peak": 0}
 
 
 def mark_memory_baseline() -> None:
-    _baseline["rss"] = _rss_bytes()
+    _cpu_memory["baseline"], _cpu_memory["peak"] = _rss_bytes(), 0
 
 
 def _peak_rss_bytes() -> int:
@@ -171,10 +174,12 @@ def _peak_rss_bytes() -> int:
 
 def peak_memory_bytes(device: torch.device) -> int:
     """This rank's peak memory so far: CUDA `max_memory_allocated`, else the growth of the
-    process's peak resident set over the baseline."""
+    process's peak resident set over the baseline, never below an earlier reading."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    return max(0, _peak_rss_bytes() - _baseline["rss"])
+    growth = _peak_rss_bytes() - _cpu_memory["baseline"]
+    _cpu_memory["peak"] = max(_cpu_memory["peak"], growth)
+    return _cpu_memory["peak"]
 
 
 def memory_gib(device: torch.device) -> float:

@@ -87,6 +87,21 @@ def test_peak_memory_is_growth_over_the_baseline():
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_a_cpu_peak_never_falls_when_the_kernels_reading_does(monkeypatch):
+    """`VmHWM` can read lower than before (the kernel's mark lags the current set), as a
+    2-rank run saw by 2 pages between its last record and `finished`; the peak keeps the
+    highest reading, and a new baseline starts it over."""
+    readings = iter([1000 + 300, 1000 + 500, 1000 + 492, 1000 + 700, 2000 + 100])
+    monkeypatch.setattr(metrics, "_rss_bytes", lambda: 1000)
+    monkeypatch.setattr(metrics, "_peak_rss_bytes", lambda: next(readings))
+    cpu = torch.device("cpu")
+    metrics.mark_memory_baseline()
+    assert [metrics.peak_memory_bytes(cpu) for _ in range(4)] == [300, 500, 500, 700]
+    monkeypatch.setattr(metrics, "_rss_bytes", lambda: 2000)
+    metrics.mark_memory_baseline()
+    assert metrics.peak_memory_bytes(cpu) == 100
+
+
 def test_compute_dtype_is_fsdp2s_mixed_precision_param_dtype(monkeypatch):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
