@@ -150,8 +150,8 @@ def _rss_bytes() -> int:
 # opens (`RunLog`: the trainer's modules imported, the process group up, nothing built), so
 # the growth is what the run itself holds, not the interpreter and its libraries. `peak` is
 # the highest growth read since: Linux's `VmHWM` is the larger of the high-water mark the
-# kernel last recorded and the current set, and the kernel records the mark on some paths
-# that release pages only, so a reading can fall below an earlier one by the pages released.
+# kernel last recorded and the current set, and the kernel updates that mark on only some of
+# the paths that release pages, so a reading can fall below an earlier one.
 _cpu_memory = {"baseline": _rss_bytes(), "peak": 0}
 
 

@@ -92,6 +92,7 @@ def test_a_cpu_peak_never_falls_when_the_kernels_reading_does(monkeypatch):
     2-rank run saw by 2 pages between its last record and `finished`; the peak keeps the
     highest reading, and a new baseline starts it over."""
     readings = iter([1000 + 300, 1000 + 500, 1000 + 492, 1000 + 700, 2000 + 100])
+    monkeypatch.setattr(metrics, "_cpu_memory", dict(metrics._cpu_memory))  # restored after
     monkeypatch.setattr(metrics, "_rss_bytes", lambda: 1000)
     monkeypatch.setattr(metrics, "_peak_rss_bytes", lambda: next(readings))
     cpu = torch.device("cpu")
